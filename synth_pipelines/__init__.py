@@ -1,0 +1,1 @@
+"""synth-pipelines: run, evaluate and train tool-using coding agents."""

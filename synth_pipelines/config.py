@@ -1,0 +1,58 @@
+"""Where the platform keeps its state, read once from the environment.
+
+Every process (CLI, Dagster run workers, proxy, model service) resolves the same
+settings from the same variables, so a command run in another terminal sees the
+state the daemon wrote. Defaults place everything under the project checkout so that
+the embedded default needs no configuration at all.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def find_project_root(start: Path | None = None) -> Path:
+    """The nearest directory above `start` holding `workspace.yaml`, else `start`."""
+    here = (start or Path.cwd()).resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / "workspace.yaml").is_file() and (candidate / "pyproject.toml").is_file():
+            return candidate
+    return here
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SYNTH_", extra="ignore")
+
+    project_root: Path = Field(default_factory=find_project_root)
+    data_dir: Path | None = None
+    database_url: str | None = None
+    object_store_url: str | None = None
+    s3_endpoint_url: str | None = None
+    dagster_url: str = "http://127.0.0.1:3000"
+    owner: str = "local"
+
+    @property
+    def state_dir(self) -> Path:
+        return (self.data_dir or self.project_root / ".synth").resolve()
+
+    @property
+    def control_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.state_dir / 'control.db'}"
+
+    @property
+    def objects_url(self) -> str:
+        return self.object_store_url or f"file://{self.state_dir / 'objects'}"
+
+    @property
+    def work_dir(self) -> Path:
+        """Scratch space for trial directories and sandboxes; never authoritative."""
+        return self.state_dir / "work"
+
+
+@lru_cache(maxsize=1)
+def settings() -> Settings:
+    return Settings()

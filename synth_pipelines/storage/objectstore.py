@@ -1,0 +1,219 @@
+"""Create-only, checksummed object storage: the local filesystem or S3.
+
+Every object is written once. A second write of the same key succeeds only when the
+bytes are identical (an idempotent retry); different bytes under an existing key are
+refused. Reads verify the full-object SHA-256 when the caller knows it, so a changed
+object is detected wherever it is read.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+from urllib.parse import urlparse
+
+
+class ObjectExistsError(Exception):
+    """A different object already holds this key."""
+
+
+class ObjectIntegrityError(Exception):
+    """An object's bytes no longer match the checksum recorded for them."""
+
+
+class ObjectMissingError(FileNotFoundError):
+    """No object is stored under this key."""
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    key: str
+    sha256: str
+    size: int
+
+    def as_dict(self) -> dict[str, str | int]:
+        return {"key": self.key, "sha256": self.sha256, "size": self.size}
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _check_key(key: str) -> str:
+    if not key or key.startswith("/") or any(part in ("", ".", "..") for part in key.split("/")):
+        raise ValueError(f"invalid object key {key!r}: use relative 'a/b/c' keys without '..'")
+    return key
+
+
+class ObjectStore(Protocol):
+    url: str
+
+    def put(self, key: str, data: bytes) -> ObjectRef: ...
+
+    def get(self, key: str, expected_sha256: str | None = None) -> bytes: ...
+
+    def head(self, key: str) -> ObjectRef | None: ...
+
+    def list(self, prefix: str) -> Iterator[str]: ...
+
+    def uri(self, key: str) -> str: ...
+
+
+def _verified(key: str, data: bytes, expected_sha256: str | None) -> bytes:
+    if expected_sha256 is not None and sha256_hex(data) != expected_sha256:
+        raise ObjectIntegrityError(
+            f"object {key!r} does not match its recorded sha256 {expected_sha256}: "
+            "it was changed after it was published"
+        )
+    return data
+
+
+class LocalObjectStore:
+    """Objects as files under one directory; create-only through hard links."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.url = f"file://{root}"
+        root.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, key: str) -> Path:
+        return self.root / _check_key(key)
+
+    def put(self, key: str, data: bytes) -> ObjectRef:
+        path = self._path(key)
+        digest = sha256_hex(data)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".put-")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                existing = path.read_bytes()
+                if sha256_hex(existing) != digest:
+                    raise ObjectExistsError(
+                        f"object {key!r} already exists with different content"
+                    ) from None
+        finally:
+            os.unlink(tmp)
+        return ObjectRef(key, digest, len(data))
+
+    def get(self, key: str, expected_sha256: str | None = None) -> bytes:
+        path = self._path(key)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise ObjectMissingError(f"no object {key!r} in {self.url}") from None
+        return _verified(key, data, expected_sha256)
+
+    def head(self, key: str) -> ObjectRef | None:
+        path = self._path(key)
+        if not path.is_file():
+            return None
+        data = path.read_bytes()
+        return ObjectRef(key, sha256_hex(data), len(data))
+
+    def list(self, prefix: str) -> Iterator[str]:
+        base = self.root / prefix if prefix else self.root
+        if not base.exists():
+            return
+        for path in sorted(base.rglob("*")):
+            if path.is_file() and not path.name.startswith(".put-"):
+                yield path.relative_to(self.root).as_posix()
+
+    def uri(self, key: str) -> str:
+        return f"file://{self._path(key)}"
+
+
+class S3ObjectStore:
+    """Objects in an S3 bucket under a prefix, written with conditional create.
+
+    `If-None-Match: *` makes the write create-only on the server, and the SHA-256
+    checksum header makes the provider verify the full object on upload.
+    """
+
+    def __init__(self, bucket: str, prefix: str = "", endpoint_url: str | None = None):
+        import boto3
+
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.url = f"s3://{bucket}/{self.prefix}".rstrip("/")
+        self.client = boto3.client("s3", endpoint_url=endpoint_url)
+
+    def _full(self, key: str) -> str:
+        _check_key(key)
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def put(self, key: str, data: bytes) -> ObjectRef:
+        from botocore.exceptions import ClientError
+
+        digest = sha256_hex(data)
+        checksum = base64.b64encode(bytes.fromhex(digest)).decode()
+        try:
+            self.client.put_object(
+                Bucket=self.bucket,
+                Key=self._full(key),
+                Body=data,
+                ChecksumSHA256=checksum,
+                IfNoneMatch="*",
+                Metadata={"sha256": digest},
+            )
+        except ClientError as error:
+            code = error.response.get("Error", {}).get("Code", "")
+            if code not in ("PreconditionFailed", "ConditionalRequestConflict"):
+                raise
+            if sha256_hex(self.get(key)) != digest:
+                raise ObjectExistsError(
+                    f"object {key!r} already exists with different content"
+                ) from None
+        return ObjectRef(key, digest, len(data))
+
+    def get(self, key: str, expected_sha256: str | None = None) -> bytes:
+        from botocore.exceptions import ClientError
+
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=self._full(key))["Body"]
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                raise ObjectMissingError(f"no object {key!r} in {self.url}") from None
+            raise
+        return _verified(key, body.read(), expected_sha256)
+
+    def head(self, key: str) -> ObjectRef | None:
+        from botocore.exceptions import ClientError
+
+        try:
+            meta = self.client.head_object(Bucket=self.bucket, Key=self._full(key))
+        except ClientError:
+            return None
+        return ObjectRef(key, meta.get("Metadata", {}).get("sha256", ""), meta["ContentLength"])
+
+    def list(self, prefix: str) -> Iterator[str]:
+        paginator = self.client.get_paginator("list_objects_v2")
+        full_prefix = self._full(prefix) if prefix else self.prefix
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=full_prefix):
+            for item in page.get("Contents", []):
+                yield item["Key"][strip:]
+
+    def uri(self, key: str) -> str:
+        return f"s3://{self.bucket}/{self._full(key)}"
+
+
+def open_object_store(url: str, endpoint_url: str | None = None) -> ObjectStore:
+    """`file:///abs/dir` or `s3://bucket/prefix`."""
+    parsed = urlparse(url)
+    if parsed.scheme == "file":
+        return LocalObjectStore(Path(parsed.path))
+    if parsed.scheme == "s3":
+        return S3ObjectStore(parsed.netloc, parsed.path, endpoint_url=endpoint_url)
+    raise ValueError(f"unsupported object store url {url!r}: use file:///dir or s3://bucket/prefix")
