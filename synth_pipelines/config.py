@@ -8,6 +8,7 @@ the embedded default needs no configuration at all.
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -46,6 +47,10 @@ class Settings(BaseSettings):
     @property
     def objects_url(self) -> str:
         return self.object_store_url or f"file://{self.state_dir / 'objects'}"
+
+    @property
+    def dagster_home(self) -> Path:
+        return Path(os.environ.get("DAGSTER_HOME") or self.project_root / "dagster_home")
 
     @property
     def work_dir(self) -> Path:

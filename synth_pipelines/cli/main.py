@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import typer
 
+from synth_pipelines.cli.datasets import dataset_app
+from synth_pipelines.cli.runs import run_app
+from synth_pipelines.cli.services import services_app
+
 app = typer.Typer(
     name="synth",
     help="Run, evaluate and train tool-using coding agents on versioned Harbor datasets.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+app.add_typer(dataset_app, name="dataset")
+app.add_typer(run_app, name="run")
+app.registered_commands.extend(services_app.registered_commands)

@@ -1,0 +1,40 @@
+# Two commands: `make demo` and `make test`. Both set everything up first.
+SHELL := /bin/bash
+PYTHON ?= $(shell scripts/find-python312.sh)
+VENV := .venv
+SYNTH := $(VENV)/bin/synth
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test setup system-packages lint down clean
+
+setup: system-packages $(STAMP)
+
+system-packages:
+	@scripts/install-system-packages.sh
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -n "$(PYTHON)" || { echo "error: no Python 3.12 interpreter; see the message above" >&2; exit 1; }
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV)/bin/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	@touch $(STAMP)
+
+demo: setup
+	$(SYNTH) up
+	$(SYNTH) dataset publish datasets/sample --name synth/sample --version v1
+	$(SYNTH) run start --dataset synth/sample@v1 --actor @profiles/oracle.json \
+		--plan @plans/eval.json --idempotency-key demo-oracle-eval-v1 --wait
+	@echo "Dagster UI: http://127.0.0.1:3000 (Assets > trials / assessments, partitions per batch; Runs tagged synth/run)"
+
+test: setup lint
+	$(VENV)/bin/pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+down:
+	-$(SYNTH) down
+
+clean: down
+	rm -rf .synth dagster_home/storage dagster_home/history dagster_home/schedules dagster_home/.logs_queue dagster_home/.telemetry

@@ -1,0 +1,124 @@
+"""The batch gate: admits accepted runs and advances each run one batch at a time.
+
+Batch k+1 is admitted only after batch k's terminal asset (assessments for an
+evaluation, trials for unscored execution; the checkpoint for training) is
+materialized. The sensor walks the control database's events and each terminal
+asset's materializations in order with its own cursors, and every request carries a
+run key, so a re-evaluated tick never launches a batch twice.
+"""
+
+import json
+from dataclasses import asdict, dataclass, field
+
+import dagster as dg
+
+from assets.jobs import BATCH_JOBS, TERMINAL_ASSETS, pin_run_spec
+from assets.partitions import batches, runs
+from synth_pipelines.contracts.run_spec import batch_key, parse_batch_key
+from synth_pipelines.control.database import control_engine
+from synth_pipelines.control.events import read_events
+from synth_pipelines.control.runs import RunRecord, get_run
+from synth_pipelines.runtime.lifecycle import fail_run
+
+
+@dataclass
+class GateCursor:
+    events: int = 0
+    materializations: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, raw: str | None) -> "GateCursor":
+        return cls(**json.loads(raw)) if raw else cls()
+
+    def dump(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+def batch_request(run: RunRecord, index: int) -> dg.RunRequest:
+    key = batch_key(run.run_id, index)
+    return dg.RunRequest(
+        run_key=key,
+        job_name=BATCH_JOBS[run.kind].name,
+        partition_key=key,
+        tags={"synth/run": run.run_id, "synth/batch": key, "synth/kind": run.kind},
+    )
+
+
+@dg.sensor(
+    jobs=[pin_run_spec, *BATCH_JOBS.values()],
+    minimum_interval_seconds=2,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+)
+def batch_gate(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+    cursor = GateCursor.parse(context.cursor)
+    engine = control_engine()
+    requests: list[dg.RunRequest] = []
+    new_runs: list[str] = []
+    new_batches: list[str] = []
+
+    for event in read_events(engine, after=cursor.events, kinds=("run.accepted",), limit=200):
+        cursor.events = event.seq
+        run = get_run(engine, event.run_id)
+        if run.finished:
+            continue
+        new_runs.append(run.run_id)
+        new_batches.append(batch_key(run.run_id, 0))
+        requests.append(
+            dg.RunRequest(
+                run_key=f"spec:{run.run_id}",
+                job_name=pin_run_spec.name,
+                partition_key=run.run_id,
+                tags={"synth/run": run.run_id},
+            )
+        )
+        requests.append(batch_request(run, 0))
+
+    for asset in sorted(set(TERMINAL_ASSETS.values())):
+        records = context.instance.fetch_materializations(
+            dg.AssetRecordsFilter(
+                asset_key=dg.AssetKey(asset),
+                after_storage_id=cursor.materializations.get(asset, 0),
+            ),
+            limit=200,
+            ascending=True,
+        ).records
+        for record in records:
+            cursor.materializations[asset] = record.storage_id
+            run_id, index = parse_batch_key(record.partition_key)
+            run = get_run(engine, run_id)
+            if TERMINAL_ASSETS[run.kind] != asset or run.finished:
+                continue
+            if index + 1 < run.batch_count:
+                new_batches.append(batch_key(run_id, index + 1))
+                requests.append(batch_request(run, index + 1))
+
+    return dg.SensorResult(
+        run_requests=requests,
+        dynamic_partitions_requests=[
+            request
+            for request in (
+                runs.build_add_request(new_runs) if new_runs else None,
+                batches.build_add_request(new_batches) if new_batches else None,
+            )
+            if request is not None
+        ],
+        cursor=cursor.dump(),
+    )
+
+
+@dg.run_failure_sensor(
+    monitored_jobs=list(BATCH_JOBS.values()), default_status=dg.DefaultSensorStatus.RUNNING
+)
+def batch_failure(context: dg.RunFailureSensorContext) -> None:
+    run_id = context.dagster_run.tags.get("synth/run")
+    if run_id:
+        fail_run(
+            control_engine(),
+            run_id,
+            "a batch failed",
+            {
+                "batch": context.dagster_run.tags.get("synth/batch"),
+                "dagster_run_id": context.dagster_run.run_id,
+                "error": context.failure_event.message or "",
+            },
+        )

@@ -1,0 +1,5 @@
+"""Friendly messages."""
+
+
+def greet(name: str, greeting: str) -> str:
+    return f"{greeting}, {name}!"

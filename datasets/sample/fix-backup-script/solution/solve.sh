@@ -1,0 +1,15 @@
+#!/bin/bash
+set -euo pipefail
+cat > /app/backup.sh <<'SCRIPT'
+#!/bin/bash
+# Copy every .txt note from SOURCE_DIR into BACKUP_DIR.
+# Usage: backup.sh SOURCE_DIR BACKUP_DIR
+set -eu
+src=$1
+dest=$2
+mkdir -p "$dest"
+for note in "$src"/*.txt; do
+  cp "$note" "$dest/"
+done
+echo "backed up $(ls "$dest" | wc -l) notes"
+SCRIPT

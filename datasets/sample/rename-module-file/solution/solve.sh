@@ -1,0 +1,3 @@
+#!/bin/bash
+set -euo pipefail
+mv /app/tools/texttools.py /app/tools/text_tools.py

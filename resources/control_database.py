@@ -1,0 +1,14 @@
+"""The control database as a Dagster resource: SQLite by default, PostgreSQL by config."""
+
+import dagster as dg
+from sqlalchemy import Engine
+
+from synth_pipelines.config import settings
+from synth_pipelines.control.database import engine_for
+
+
+class ControlDatabase(dg.ConfigurableResource):
+    url: str | None = None
+
+    def engine(self) -> Engine:
+        return engine_for(self.url or settings().control_database_url)

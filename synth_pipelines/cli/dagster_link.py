@@ -1,0 +1,42 @@
+"""What the CLI tells Dagster directly: partitions and materializations it wrote itself."""
+
+from __future__ import annotations
+
+import os
+
+import dagster as dg
+
+from synth_pipelines.config import settings
+from synth_pipelines.contracts.dataset import DatasetVersion
+from synth_pipelines.storage.objectstore import ObjectRef
+
+
+def dagster_instance() -> dg.DagsterInstance:
+    home = settings().dagster_home
+    home.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("DAGSTER_HOME", str(home))
+    return dg.DagsterInstance.get()
+
+
+def report_dataset_published(dataset: DatasetVersion, table: ObjectRef, table_uri: str) -> None:
+    instance = dagster_instance()
+    if not instance.has_dynamic_partition("dataset_versions", dataset.ref):
+        instance.add_dynamic_partitions("dataset_versions", [dataset.ref])
+    instance.report_runless_asset_event(
+        dg.AssetMaterialization(
+            asset_key="dataset_tasks",
+            partition=dataset.ref,
+            description=dataset.description or None,
+            metadata={
+                "dagster/row_count": dataset.task_count,
+                "digest": dataset.digest,
+                "owner": dataset.owner,
+                "object": dg.MetadataValue.path(table_uri),
+                "sha256": table.sha256,
+            },
+            tags={
+                "dagster/data_version": dataset.digest,
+                "dagster/data_version_is_user_provided": "true",
+            },
+        )
+    )

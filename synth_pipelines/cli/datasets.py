@@ -1,0 +1,109 @@
+"""`synth dataset publish|show|list`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from synth_pipelines.cli.output import JSON_OPTION, console, emit, user_errors
+from synth_pipelines.config import settings
+from synth_pipelines.control.database import control_engine
+from synth_pipelines.control.table_outputs import current_table_ref
+from synth_pipelines.registry.datasets import (
+    DatasetError,
+    get_dataset,
+    list_datasets,
+    publish_dataset,
+    read_page,
+)
+from synth_pipelines.storage.objectstore import open_object_store
+
+dataset_app = typer.Typer(
+    help="Publish and inspect immutable dataset versions.", no_args_is_help=True
+)
+
+
+def _store():
+    config = settings()
+    return open_object_store(config.objects_url, endpoint_url=config.s3_endpoint_url)
+
+
+@dataset_app.command("publish")
+def publish(
+    directory: Path = typer.Argument(..., help="A task directory, or a directory of tasks."),
+    name: str = typer.Option(..., "--name", help="Dataset name, 'org/name'."),
+    version: str = typer.Option(..., "--version", help="Version label, e.g. v1."),
+    description: str = typer.Option("", "--description"),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Record an immutable dataset version: ordered tasks pinned by Harbor digest."""
+    from synth_pipelines.cli.dagster_link import report_dataset_published
+
+    engine, store = control_engine(), _store()
+    with user_errors(DatasetError):
+        dataset, created = publish_dataset(
+            engine, store, directory, name, version, settings().owner, description
+        )
+    if created:
+        table = current_table_ref(engine, "dataset_tasks", dataset.ref)
+        assert table is not None
+        report_dataset_published(dataset, table, store.uri(table.key))
+    data = {**dataset.model_dump(mode="json"), "ref": dataset.ref, "created": created}
+    emit(
+        data,
+        as_json,
+        lambda: console.print(
+            f"{'published' if created else 'already published (identical content)'} "
+            f"{dataset.ref}: {dataset.task_count} tasks, {dataset.digest}"
+        ),
+    )
+
+
+@dataset_app.command("show")
+def show(
+    ref: str = typer.Argument(..., help="org/name@version"),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """The tasks of a dataset version, in order, with their digests."""
+    engine = control_engine()
+    with user_errors(DatasetError):
+        dataset = get_dataset(engine, ref)
+    tasks = read_page(engine, dataset, 0, dataset.task_count)
+
+    def render() -> None:
+        console.print(f"[bold]{dataset.ref}[/] {dataset.digest} ({dataset.task_count} tasks)")
+        table = Table("#", "task", "digest")
+        for task in tasks:
+            table.add_row(str(task.position), task.name, task.digest[:19] + "...")
+        console.print(table)
+
+    emit(
+        {
+            **dataset.model_dump(mode="json"),
+            "ref": dataset.ref,
+            "tasks": [task.model_dump() for task in tasks],
+        },
+        as_json,
+        render,
+    )
+
+
+@dataset_app.command("list")
+def list_(as_json: bool = JSON_OPTION) -> None:
+    """Every published dataset version."""
+    versions = list_datasets(control_engine())
+
+    def render() -> None:
+        table = Table("dataset", "tasks", "digest", "published")
+        for dataset in versions:
+            table.add_row(
+                dataset.ref,
+                str(dataset.task_count),
+                dataset.digest[:19] + "...",
+                dataset.created_at.strftime("%Y-%m-%d %H:%M"),
+            )
+        console.print(table)
+
+    emit([{**d.model_dump(mode="json"), "ref": d.ref} for d in versions], as_json, render)

@@ -1,0 +1,62 @@
+"""`synth up` / `synth down`: the embedded default's background services."""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+
+from synth_pipelines.cli.output import JSON_OPTION, console, emit, fail
+from synth_pipelines.config import settings
+from synth_pipelines.services.embedded import embedded_services
+from synth_pipelines.services.supervisor import ServiceStartError, log_file, start, stop
+
+services_app = typer.Typer()
+
+
+@services_app.command("up")
+def up(as_json: bool = JSON_OPTION) -> None:
+    """Start the embedded services (Dagster webserver and daemon) unless they run."""
+    config = settings()
+    config.dagster_home.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for service in embedded_services(config):
+        try:
+            pid, started = start(config.state_dir, service, cwd=config.project_root)
+        except ServiceStartError as error:
+            fail(str(error), code=1)
+        rows.append(
+            {
+                "service": service.name,
+                "pid": pid,
+                "started": started,
+                "address": service.address,
+                "log": str(log_file(config.state_dir, service.name)),
+            }
+        )
+
+    def render() -> None:
+        table = Table("service", "state", "address", "log")
+        for row in rows:
+            state = "started" if row["started"] else "already running"
+            table.add_row(row["service"], state, row["address"], row["log"])
+        console.print(table)
+
+    emit(rows, as_json, render)
+
+
+@services_app.command("down")
+def down(as_json: bool = JSON_OPTION) -> None:
+    """Stop the embedded services."""
+    config = settings()
+    rows = [
+        {"service": service.name, "stopped": stop(config.state_dir, service)}
+        for service in reversed(embedded_services(config))
+    ]
+    emit(
+        rows,
+        as_json,
+        lambda: [
+            console.print(f"{r['service']}: {'stopped' if r['stopped'] else 'not running'}")
+            for r in rows
+        ],
+    )

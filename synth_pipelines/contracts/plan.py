@@ -1,0 +1,117 @@
+"""Plans: how an experiment runs. Unknown fields are refused, so a typo never silently
+falls back to a default."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+HARBOR_PROVIDERS = ("docker", "daytona", "modal", "e2b", "runloop", "podman")
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ResourceBudget(StrictModel):
+    """What one run may hold at once; attempts are admitted against all four."""
+
+    max_active_attempts: int = Field(default=4, ge=1)
+    cpus: float = Field(default=2.0, gt=0)
+    memory_mb: int = Field(default=8192, ge=64)
+    storage_mb: int = Field(default=20480, ge=64)
+
+
+class EnvironmentChoice(StrictModel):
+    """Where attempts run: the local sandbox, or one of Harbor's own providers."""
+
+    provider: str = "local"
+    kwargs: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _known(self) -> EnvironmentChoice:
+        if (
+            self.provider != "local"
+            and self.provider not in HARBOR_PROVIDERS
+            and ":" not in self.provider
+        ):
+            raise ValueError(
+                f"environment provider {self.provider!r} is unknown: use 'local', one of "
+                f"{', '.join(HARBOR_PROVIDERS)}, or an import path 'package.module:Class'"
+            )
+        return self
+
+
+class ResourceOverrides(StrictModel):
+    """Sandbox shape applied to every task of the run, in place of task.toml's own."""
+
+    cpus: float | None = Field(default=None, gt=0)
+    memory_mb: int | None = Field(default=None, ge=16)
+    storage_mb: int | None = Field(default=None, ge=16)
+
+
+class Timeouts(StrictModel):
+    agent_sec: float | None = Field(default=None, gt=0)
+    verifier_sec: float | None = Field(default=None, gt=0)
+
+
+class ExecutionSettings(StrictModel):
+    max_tasks: int | None = Field(default=None, ge=1)
+    budget: ResourceBudget = Field(default_factory=ResourceBudget)
+    environment: EnvironmentChoice = Field(default_factory=EnvironmentChoice)
+    overrides: ResourceOverrides = Field(default_factory=ResourceOverrides)
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+
+
+class EvalPlan(ExecutionSettings):
+    """Repeat a fixed setup over a dataset and assess every attempt."""
+
+    kind: Literal["eval"]
+    attempts_per_task: int = Field(default=1, ge=1, le=1000)
+    tasks_per_batch: int = Field(default=64, ge=1, le=10_000)
+
+
+class ExecutePlan(ExecutionSettings):
+    """Actor-only execution: the work and its artifacts, no score."""
+
+    kind: Literal["execute"]
+    attempts_per_task: int = Field(default=1, ge=1, le=1000)
+    tasks_per_batch: int = Field(default=64, ge=1, le=10_000)
+
+
+class Eligibility(StrictModel):
+    drop_constant_reward_groups: bool = True
+    min_qualified_attempts: int = Field(default=2, ge=1)
+
+
+class TrainPlan(ExecutionSettings):
+    """Sampling groups per batch, a policy update per batch, a checkpoint per batch."""
+
+    kind: Literal["train"]
+    groups_per_batch: int = Field(default=4, ge=1)
+    attempts_per_group: int = Field(default=4, ge=2)
+    batches: int | None = Field(default=None, ge=1)
+    epochs: int | None = Field(default=None, ge=1)
+    learning_rate: float = Field(default=1e-4, gt=0)
+    lora_rank: int = Field(default=8, ge=1, le=256)
+    loss: Literal["importance_sampling", "ppo"] = "importance_sampling"
+    max_tokens: int = Field(default=512, ge=1)
+    temperature: float = Field(default=1.0, ge=0)
+    eligibility: Eligibility = Field(default_factory=Eligibility)
+
+    @model_validator(mode="after")
+    def _length(self) -> TrainPlan:
+        if (self.batches is None) == (self.epochs is None):
+            raise ValueError("a train plan sets exactly one of 'batches' or 'epochs'")
+        return self
+
+    def batch_count(self, task_count: int) -> int:
+        if self.batches is not None:
+            return self.batches
+        assert self.epochs is not None
+        return math.ceil(self.epochs * task_count / self.groups_per_batch)
+
+
+Plan = Annotated[EvalPlan | ExecutePlan | TrainPlan, Field(discriminator="kind")]

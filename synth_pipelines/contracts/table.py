@@ -1,0 +1,90 @@
+"""Parquet tables whose schema is declared once, by a pydantic row model.
+
+The pyarrow schema is derived from the row model's annotations, tables are written
+from validated rows, and every read checks the stored schema against the declared one
+before any row is used.
+"""
+
+from __future__ import annotations
+
+import io
+import types
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Self, Union, get_args, get_origin
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import BaseModel, ConfigDict
+
+
+class SchemaMismatchError(Exception):
+    """A stored table does not have the schema its contract declares."""
+
+
+_SCALARS: dict[type, pa.DataType] = {
+    str: pa.string(),
+    int: pa.int64(),
+    float: pa.float64(),
+    bool: pa.bool_(),
+    datetime: pa.timestamp("us", tz="UTC"),
+}
+
+
+def _arrow_type(annotation: Any) -> tuple[pa.DataType, bool]:
+    """(arrow type, nullable) for a field annotation."""
+    origin = get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        members = [a for a in get_args(annotation) if a is not type(None)]
+        if len(members) != 1:
+            raise TypeError(f"table fields allow only 'X | None' unions, not {annotation}")
+        return _arrow_type(members[0])[0], True
+    if origin is list:
+        (item,) = get_args(annotation)
+        return pa.list_(_arrow_type(item)[0]), False
+    if annotation in _SCALARS:
+        return _SCALARS[annotation], False
+    raise TypeError(f"no Parquet type for table field annotation {annotation}")
+
+
+class TableRow(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @classmethod
+    def arrow_schema(cls) -> pa.Schema:
+        fields = []
+        for name, info in cls.model_fields.items():
+            arrow_type, nullable = _arrow_type(info.annotation)
+            fields.append(pa.field(name, arrow_type, nullable=nullable))
+        return pa.schema(fields)
+
+    @classmethod
+    def to_table(cls, rows: Sequence[Self]) -> pa.Table:
+        schema = cls.arrow_schema()
+        columns = {name: [getattr(row, name) for row in rows] for name in schema.names}
+        return pa.Table.from_pydict(columns, schema=schema)
+
+    @classmethod
+    def check(cls, table: pa.Table) -> pa.Table:
+        expected = cls.arrow_schema()
+        if not table.schema.equals(expected, check_metadata=False):
+            raise SchemaMismatchError(
+                f"{cls.__name__} table has schema\n{table.schema}\nbut its contract declares\n"
+                f"{expected}"
+            )
+        return table
+
+    @classmethod
+    def from_table(cls, table: pa.Table) -> list[Self]:
+        cls.check(table)
+        return [cls.model_validate(row) for row in table.to_pylist()]
+
+
+def table_to_parquet(table: pa.Table) -> bytes:
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue()
+
+
+def parquet_to_table(data: bytes) -> pa.Table:
+    return pq.read_table(io.BytesIO(data))

@@ -1,0 +1,171 @@
+"""Durable acceptance and lifecycle of runs.
+
+Acceptance is one transaction: the run row with its pinned spec and the creation
+event. A retry with the same idempotency key returns the run it created.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import Engine, select, update
+from sqlalchemy.exc import IntegrityError
+
+from synth_pipelines.contracts.run_spec import RunRequest, RunSpec
+from synth_pipelines.control.events import append_event
+from synth_pipelines.control.schema import runs
+
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+class RunNotFoundError(LookupError):
+    pass
+
+
+class IdempotencyConflictError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    run_id: str
+    owner: str
+    idempotency_key: str
+    request_digest: str
+    kind: str
+    status: str
+    batch_count: int
+    spec: RunSpec
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def finished(self) -> bool:
+        return self.status in TERMINAL
+
+
+def _record(row) -> RunRecord:
+    def aware(value: datetime) -> datetime:
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+    return RunRecord(
+        run_id=row.run_id,
+        owner=row.owner,
+        idempotency_key=row.idempotency_key,
+        request_digest=row.request_digest,
+        kind=row.kind,
+        status=row.status,
+        batch_count=row.batch_count,
+        spec=RunSpec.model_validate_json(row.spec_json),
+        created_at=aware(row.created_at),
+        updated_at=aware(row.updated_at),
+    )
+
+
+def _find_by_key(engine: Engine, owner: str, key: str) -> RunRecord | None:
+    with engine.connect() as conn:
+        row = conn.execute(
+            select(runs).where(runs.c.owner == owner, runs.c.idempotency_key == key)
+        ).first()
+    return _record(row) if row else None
+
+
+def _check_same_request(existing: RunRecord, digest: str, key: str) -> RunRecord:
+    if existing.request_digest != digest:
+        raise IdempotencyConflictError(
+            f"idempotency key {key!r} already belongs to run {existing.run_id}, which was "
+            "submitted with a different dataset, profile or plan; use a new key"
+        )
+    return existing
+
+
+def accept_run(
+    engine: Engine, request: RunRequest, idempotency_key: str | None = None
+) -> tuple[RunRecord, bool]:
+    """Pin and record a run; returns (run, created). A known key returns its run."""
+    key = idempotency_key or uuid.uuid4().hex
+    digest = request.digest()
+    existing = _find_by_key(engine, request.owner, key)
+    if existing is not None:
+        return _check_same_request(existing, digest, key), False
+    now = datetime.now(UTC)
+    spec = RunSpec(**request.model_dump(), run_id=f"r-{uuid.uuid4().hex[:12]}", accepted_at=now)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                runs.insert().values(
+                    run_id=spec.run_id,
+                    owner=request.owner,
+                    idempotency_key=key,
+                    request_digest=digest,
+                    kind=spec.kind,
+                    status="accepted",
+                    batch_count=spec.batch_count,
+                    spec_json=spec.model_dump_json(),
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+            append_event(
+                conn,
+                spec.run_id,
+                "run.accepted",
+                {
+                    "kind": spec.kind,
+                    "dataset": spec.dataset.ref,
+                    "actor": f"{spec.actor.name}@{spec.actor.version}",
+                    "actor_digest": spec.actor.digest,
+                    "batches": spec.batch_count,
+                    "request_digest": digest,
+                },
+            )
+    except IntegrityError:
+        # A concurrent submission with the same key won the race: return its run.
+        winner = _find_by_key(engine, request.owner, key)
+        if winner is None:
+            raise
+        return _check_same_request(winner, digest, key), False
+    record = get_run(engine, spec.run_id)
+    return record, True
+
+
+def get_run(engine: Engine, run_id: str) -> RunRecord:
+    with engine.connect() as conn:
+        row = conn.execute(select(runs).where(runs.c.run_id == run_id)).first()
+    if row is None:
+        raise RunNotFoundError(f"no run {run_id!r}; `synth run list` shows the known runs")
+    return _record(row)
+
+
+def list_runs(engine: Engine, owner: str | None = None, limit: int = 50) -> list[RunRecord]:
+    query = select(runs).order_by(runs.c.created_at.desc()).limit(limit)
+    if owner is not None:
+        query = query.where(runs.c.owner == owner)
+    with engine.connect() as conn:
+        return [_record(row) for row in conn.execute(query).all()]
+
+
+def transition(
+    engine: Engine,
+    run_id: str,
+    status: str,
+    event: str,
+    data: dict | None = None,
+    *,
+    from_status: tuple[str, ...] = ("accepted", "running"),
+) -> bool:
+    """Move a run to `status` with its event if it is in one of `from_status`.
+
+    Final states are never left, so a late or repeated transition is a no-op."""
+    now = datetime.now(UTC)
+    with engine.begin() as conn:
+        changed = conn.execute(
+            update(runs)
+            .where(runs.c.run_id == run_id, runs.c.status.in_(from_status))
+            .values(status=status, updated_at=now)
+        ).rowcount
+        if changed:
+            append_event(conn, run_id, event, data or {})
+    return bool(changed)

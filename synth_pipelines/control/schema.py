@@ -1,0 +1,94 @@
+"""The control database: authoritative relationships and lifecycle facts.
+
+Large payloads (task packages, trial records, evidence, tables) live in the object
+store; these tables hold what points at them and what happened, in order.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DateTime,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+metadata = MetaData()
+
+dataset_versions = Table(
+    "dataset_versions",
+    metadata,
+    Column("name", String(200), nullable=False),
+    Column("version", String(100), nullable=False),
+    Column("digest", String(80), nullable=False),
+    Column("task_count", Integer, nullable=False),
+    Column("owner", String(100), nullable=False),
+    Column("description", Text, nullable=False, default=""),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("name", "version"),
+)
+
+dataset_tasks = Table(
+    "dataset_tasks",
+    metadata,
+    Column("dataset_name", String(200), nullable=False),
+    Column("dataset_version", String(100), nullable=False),
+    Column("position", Integer, nullable=False),
+    Column("task_name", String(200), nullable=False),
+    Column("digest", String(80), nullable=False),
+    Column("package_key", String(300), nullable=False),
+    Column("package_sha256", String(64), nullable=False),
+    PrimaryKeyConstraint("dataset_name", "dataset_version", "position"),
+)
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("run_id", String(40), primary_key=True),
+    Column("owner", String(100), nullable=False),
+    Column("idempotency_key", String(200), nullable=False),
+    Column("request_digest", String(80), nullable=False),
+    Column("kind", String(20), nullable=False),
+    Column("status", String(20), nullable=False),
+    Column("batch_count", Integer, nullable=False),
+    Column("spec_json", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("owner", "idempotency_key", name="uq_runs_owner_idempotency_key"),
+)
+
+run_events = Table(
+    "run_events",
+    metadata,
+    Column(
+        "seq", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    ),
+    Column("run_id", String(40), nullable=False),
+    Column("kind", String(60), nullable=False),
+    Column("data_json", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Index("ix_run_events_run_seq", "run_id", "seq"),
+)
+
+asset_outputs = Table(
+    "asset_outputs",
+    metadata,
+    Column(
+        "id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    ),
+    Column("asset", String(100), nullable=False),
+    Column("partition", String(200), nullable=False),
+    Column("object_key", String(400), nullable=False),
+    Column("sha256", String(64), nullable=False),
+    Column("size", BigInteger, nullable=False),
+    Column("rows", BigInteger, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Index("ix_asset_outputs_asset_partition", "asset", "partition", "id"),
+)

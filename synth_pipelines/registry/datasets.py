@@ -1,0 +1,195 @@
+"""Immutable dataset versions: publish once, read in pages.
+
+A version is its ordered task list. Publishing identical content again is a no-op;
+different content under an existing name@version is refused.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sqlalchemy import Engine, insert, select
+from sqlalchemy.exc import IntegrityError
+
+from synth_pipelines.contracts.dataset import DatasetVersion, TaskRef, dataset_digest
+from synth_pipelines.contracts.refs import check_name, check_version, parse_ref
+from synth_pipelines.control.schema import dataset_tasks, dataset_versions
+from synth_pipelines.control.table_outputs import store_table
+from synth_pipelines.registry.task_packages import TaskFormatError, package_sha256, package_task
+from synth_pipelines.storage.objectstore import ObjectStore
+
+
+class DatasetError(ValueError):
+    """A dataset request that cannot be honored, with the reason for the operator."""
+
+
+class DatasetNotFoundError(DatasetError, LookupError):
+    pass
+
+
+def discover_task_dirs(directory: Path) -> list[Path]:
+    """A task directory itself, or the task directories directly under it, by name."""
+    if not directory.is_dir():
+        raise DatasetError(f"{directory}: not a directory")
+    if (directory / "task.toml").is_file():
+        return [directory]
+    found = sorted(path for path in directory.iterdir() if (path / "task.toml").is_file())
+    if not found:
+        raise DatasetError(f"{directory}: holds no task directories (none has a task.toml)")
+    return found
+
+
+def _version(row) -> DatasetVersion:
+    created = row.created_at if row.created_at.tzinfo else row.created_at.replace(tzinfo=UTC)
+    return DatasetVersion(
+        name=row.name,
+        version=row.version,
+        digest=row.digest,
+        task_count=row.task_count,
+        owner=row.owner,
+        created_at=created,
+        description=row.description or "",
+    )
+
+
+def find_dataset(engine: Engine, name: str, version: str) -> DatasetVersion | None:
+    with engine.connect() as conn:
+        row = conn.execute(
+            select(dataset_versions).where(
+                dataset_versions.c.name == name, dataset_versions.c.version == version
+            )
+        ).first()
+    return _version(row) if row else None
+
+
+def get_dataset(engine: Engine, ref: str) -> DatasetVersion:
+    try:
+        name, version = parse_ref(ref, "dataset")
+    except ValueError as error:
+        raise DatasetError(str(error)) from None
+    found = find_dataset(engine, name, version)
+    if found is None:
+        raise DatasetNotFoundError(
+            f"unknown dataset {ref!r}; publish it with `synth dataset publish` "
+            "or see `synth dataset list`"
+        )
+    return found
+
+
+def list_datasets(engine: Engine) -> list[DatasetVersion]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(dataset_versions).order_by(
+                dataset_versions.c.name, dataset_versions.c.created_at
+            )
+        ).all()
+    return [_version(row) for row in rows]
+
+
+def publish_dataset(
+    engine: Engine,
+    store: ObjectStore,
+    directory: Path,
+    name: str,
+    version: str,
+    owner: str,
+    description: str = "",
+) -> tuple[DatasetVersion, bool]:
+    """Record `name@version` from a directory of tasks; returns (version, created)."""
+    try:
+        check_name(name, "dataset")
+        check_version(version, "dataset")
+        packages = [package_task(task_dir) for task_dir in discover_task_dirs(directory)]
+    except (TaskFormatError, ValueError) as error:
+        raise DatasetError(str(error)) from None
+    names = [package.name for package in packages]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise DatasetError(f"{directory}: task names appear twice: {', '.join(duplicates)}")
+    digest = dataset_digest([(p.name, p.digest) for p in packages])
+
+    existing = find_dataset(engine, name, version)
+    if existing is not None:
+        return _same_or_refuse(existing, digest), False
+
+    for package in packages:
+        store.put(package.key, package.archive)
+    now = datetime.now(UTC)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                insert(dataset_versions).values(
+                    name=name,
+                    version=version,
+                    digest=digest,
+                    task_count=len(packages),
+                    owner=owner,
+                    description=description,
+                    created_at=now,
+                )
+            )
+            conn.execute(
+                insert(dataset_tasks),
+                [
+                    {
+                        "dataset_name": name,
+                        "dataset_version": version,
+                        "position": position,
+                        "task_name": package.name,
+                        "digest": package.digest,
+                        "package_key": package.key,
+                        "package_sha256": package_sha256(package),
+                    }
+                    for position, package in enumerate(packages)
+                ],
+            )
+    except IntegrityError:
+        winner = find_dataset(engine, name, version)
+        if winner is None:
+            raise
+        return _same_or_refuse(winner, digest), False
+    dataset = get_dataset(engine, f"{name}@{version}")
+    store_table(
+        engine,
+        store,
+        "dataset_tasks",
+        dataset.ref,
+        TaskRef.to_table(read_page(engine, dataset, 0, len(packages))),
+    )
+    return dataset, True
+
+
+def _same_or_refuse(existing: DatasetVersion, digest: str) -> DatasetVersion:
+    if existing.digest != digest:
+        raise DatasetError(
+            f"dataset {existing.ref} already exists with different content "
+            f"({existing.digest}, this directory gives {digest}); versions are immutable: "
+            "publish under a new version"
+        )
+    return existing
+
+
+def read_page(engine: Engine, dataset: DatasetVersion, offset: int, limit: int) -> list[TaskRef]:
+    """Tasks at positions [offset, offset + limit) of a version, in order."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(dataset_tasks)
+            .where(
+                dataset_tasks.c.dataset_name == dataset.name,
+                dataset_tasks.c.dataset_version == dataset.version,
+                dataset_tasks.c.position >= offset,
+                dataset_tasks.c.position < offset + limit,
+            )
+            .order_by(dataset_tasks.c.position)
+        ).all()
+    return [
+        TaskRef(
+            position=row.position,
+            name=row.task_name,
+            digest=row.digest,
+            package_key=row.package_key,
+            package_sha256=row.package_sha256,
+        )
+        for row in rows
+    ]

@@ -1,0 +1,150 @@
+"""One attempt as one Harbor trial, and its outcome as a TrialOutcome row."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from datetime import UTC
+from pathlib import Path
+
+from harbor import Trial, TrialConfig
+from harbor.models.trial.config import AgentConfig, EnvironmentConfig, VerifierConfig
+from harbor.models.trial.config import TaskConfig as TrialTaskConfig
+from harbor.models.trial.result import TrialResult
+
+from synth_pipelines.contracts.dataset import TaskRef
+from synth_pipelines.contracts.plan import ExecutionSettings
+from synth_pipelines.contracts.profile import Profile
+from synth_pipelines.contracts.trial import TrialOutcome
+from synth_pipelines.runtime.trial_records import archive_trial, directory_digest
+from synth_pipelines.storage.objectstore import ObjectRef, ObjectStore
+
+LOCAL_ENVIRONMENT = "synth_pipelines.sandbox.bwrap:BwrapEnvironment"
+
+
+@dataclass(frozen=True)
+class AttemptContext:
+    run_id: str
+    batch: str
+    attempt_id: str
+    group_index: int
+    attempt_index: int
+    task: TaskRef
+    task_dir: Path
+    actor_digest: str
+
+
+def environment_config(settings: ExecutionSettings) -> EnvironmentConfig:
+    choice, overrides = settings.environment, settings.overrides
+    location = (
+        {"import_path": LOCAL_ENVIRONMENT}
+        if choice.provider == "local"
+        else {"import_path": choice.provider}
+        if ":" in choice.provider
+        else {"type": choice.provider}
+    )
+    return EnvironmentConfig(
+        **location,
+        kwargs=dict(choice.kwargs),
+        override_cpus=overrides.cpus,
+        override_memory_mb=overrides.memory_mb,
+        override_storage_mb=overrides.storage_mb,
+    )
+
+
+def agent_config(profile: Profile, settings: ExecutionSettings) -> AgentConfig:
+    if profile.engine not in ("oracle", "nop"):
+        raise ValueError(
+            f"profile {profile.ref} uses engine {profile.engine!r}, which this runtime cannot "
+            "launch yet; supported engines: oracle, nop"
+        )
+    return AgentConfig(name=profile.engine, override_timeout_sec=settings.timeouts.agent_sec)
+
+
+def trial_config(
+    attempt: AttemptContext,
+    profile: Profile,
+    settings: ExecutionSettings,
+    trials_dir: Path,
+    *,
+    verify: bool,
+) -> TrialConfig:
+    return TrialConfig(
+        task=TrialTaskConfig(path=attempt.task_dir),
+        trial_name=attempt.attempt_id,
+        trials_dir=trials_dir,
+        agent=agent_config(profile, settings),
+        environment=environment_config(settings),
+        verifier=VerifierConfig(
+            disable=not verify, override_timeout_sec=settings.timeouts.verifier_sec
+        ),
+    )
+
+
+def outcome_from_result(
+    attempt: AttemptContext,
+    result: TrialResult,
+    trial_dir: Path,
+    effective_model: str | None,
+    archive: ObjectRef,
+    duration_sec: float,
+) -> TrialOutcome:
+    rewards = result.verifier_result.rewards if result.verifier_result else None
+    error = result.exception_info
+    return TrialOutcome(
+        run_id=attempt.run_id,
+        batch=attempt.batch,
+        attempt_id=attempt.attempt_id,
+        group_index=attempt.group_index,
+        attempt_index=attempt.attempt_index,
+        task_position=attempt.task.position,
+        task_name=attempt.task.name,
+        task_digest=attempt.task.digest,
+        trial_name=result.trial_name,
+        trial_id=str(result.id),
+        actor_digest=attempt.actor_digest,
+        effective_model=effective_model,
+        status="completed" if error is None else "failed",
+        rewards_json=json.dumps(rewards, sort_keys=True) if rewards is not None else None,
+        reward_valid=result.reward_valid,
+        exception_type=error.exception_type if error else None,
+        exception_message=error.exception_message[:2000] if error else None,
+        trial_key=archive.key,
+        trial_sha256=archive.sha256,
+        artifacts_digest=directory_digest(trial_dir / "artifacts"),
+        started_at=result.started_at.astimezone(UTC) if result.started_at else None,
+        finished_at=result.finished_at.astimezone(UTC) if result.finished_at else None,
+        duration_sec=duration_sec,
+    )
+
+
+async def run_attempt(
+    attempt: AttemptContext,
+    profile: Profile,
+    settings: ExecutionSettings,
+    store: ObjectStore,
+    trials_dir: Path,
+    *,
+    verify: bool,
+) -> TrialOutcome:
+    """Run the attempt's trial, retain its record, and discard the local copy."""
+    trial_dir = trials_dir / attempt.attempt_id
+    shutil.rmtree(trial_dir, ignore_errors=True)
+    started = time.monotonic()
+    trial = await Trial.create(trial_config(attempt, profile, settings, trials_dir, verify=verify))
+    result = await trial.run()
+    ref = archive_trial(
+        store, trial_dir, f"runs/{attempt.run_id}/trials/{attempt.attempt_id}/{result.id}.tar.gz"
+    )
+    outcome = outcome_from_result(
+        attempt,
+        result,
+        trial_dir,
+        profile.model,
+        ref,
+        time.monotonic() - started,
+    )
+    shutil.rmtree(trial_dir, ignore_errors=True)
+    return outcome

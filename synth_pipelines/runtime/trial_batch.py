@@ -1,0 +1,98 @@
+"""All attempts of a batch: groups run concurrently within resource admission."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+from harbor.models.task.task import Task
+from sqlalchemy import Engine
+
+from synth_pipelines.contracts.plan import ExecutionSettings
+from synth_pipelines.contracts.run_spec import RunSpec
+from synth_pipelines.contracts.trial import TrialOutcome
+from synth_pipelines.control.events import record_event
+from synth_pipelines.registry.task_packages import materialize_task
+from synth_pipelines.runtime.admission import ResourceAdmission, ResourceDemand
+from synth_pipelines.runtime.batch_plan import BatchPlan
+from synth_pipelines.runtime.harbor_trials import AttemptContext, run_attempt
+from synth_pipelines.storage.objectstore import ObjectStore
+
+DEFAULT_DEMAND = ResourceDemand(cpus=1.0, memory_mb=1024, storage_mb=1024)
+
+
+def demand_for(task_dir: Path, settings: ExecutionSettings) -> ResourceDemand:
+    """What one attempt holds: the plan's overrides, else the task's own declaration."""
+    declared = Task(task_dir).config.environment
+    overrides = settings.overrides
+    return ResourceDemand(
+        cpus=float(overrides.cpus or declared.cpus or DEFAULT_DEMAND.cpus),
+        memory_mb=int(overrides.memory_mb or declared.memory_mb or DEFAULT_DEMAND.memory_mb),
+        storage_mb=int(overrides.storage_mb or declared.storage_mb or DEFAULT_DEMAND.storage_mb),
+    )
+
+
+async def run_batch_trials(
+    spec: RunSpec,
+    plan: BatchPlan,
+    store: ObjectStore,
+    engine: Engine,
+    work_dir: Path,
+    *,
+    verify: bool,
+    on_outcome: Callable[[TrialOutcome], None] = lambda outcome: None,
+) -> list[TrialOutcome]:
+    profile = spec.actor.profile()
+    settings = spec.plan
+    admission = ResourceAdmission(settings.budget)
+    trials_dir = work_dir / "trials" / plan.batch
+    task_dirs = {
+        group.index: await asyncio.to_thread(
+            materialize_task, store, group.task, work_dir / "tasks"
+        )
+        for group in plan.groups
+    }
+    demands = {index: demand_for(task_dir, settings) for index, task_dir in task_dirs.items()}
+
+    async def attempt(group_index: int, attempt_index: int, attempt_id: str) -> TrialOutcome:
+        group = plan.groups[group_index]
+        context = AttemptContext(
+            run_id=spec.run_id,
+            batch=plan.batch,
+            attempt_id=attempt_id,
+            group_index=group_index,
+            attempt_index=attempt_index,
+            task=group.task,
+            task_dir=task_dirs[group_index],
+            actor_digest=spec.actor.digest,
+        )
+        async with admission.admit(demands[group_index], f"task {group.task.name}"):
+            outcome = await run_attempt(
+                context, profile, settings, store, trials_dir, verify=verify
+            )
+        record_event(
+            engine,
+            spec.run_id,
+            "attempt.finished",
+            {
+                "batch": plan.batch,
+                "attempt_id": attempt_id,
+                "task": group.task.name,
+                "status": outcome.status,
+                "rewards": outcome.rewards_json,
+                "exception": outcome.exception_type,
+            },
+        )
+        on_outcome(outcome)
+        return outcome
+
+    return list(
+        await asyncio.gather(
+            *(
+                attempt(group.index, a, attempt_id)
+                for group in plan.groups
+                for a, attempt_id in enumerate(group.attempt_ids)
+            )
+        )
+    )

@@ -1,0 +1,118 @@
+"""Background services of the embedded default: started once, found again, stopped cleanly.
+
+Each service runs detached in its own session with a pid file and a log file under the
+state directory, so `synth up` run twice finds what is already running instead of
+starting a second copy.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+
+@dataclass(frozen=True)
+class Service:
+    name: str
+    argv: list[str]
+    health_url: str | None
+    address: str
+    env: dict[str, str] = field(default_factory=dict)
+    ready_timeout_sec: float = 120.0
+
+
+class ServiceStartError(RuntimeError):
+    pass
+
+
+def _pid_file(state_dir: Path, name: str) -> Path:
+    return state_dir / "services" / f"{name}.pid"
+
+
+def log_file(state_dir: Path, name: str) -> Path:
+    return state_dir / "logs" / f"{name}.log"
+
+
+def running_pid(state_dir: Path, service: Service) -> int | None:
+    path = _pid_file(state_dir, service.name)
+    try:
+        pid = int(path.read_text().strip())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (FileNotFoundError, ValueError, ProcessLookupError):
+        return None
+    expected = service.argv[0].encode()
+    return (
+        pid
+        if any(part.endswith(Path(expected.decode()).name.encode()) for part in cmdline)
+        else None
+    )
+
+
+def healthy(service: Service) -> bool:
+    if service.health_url is None:
+        return True
+    try:
+        return httpx.get(service.health_url, timeout=2.0).status_code < 500
+    except httpx.HTTPError:
+        return False
+
+
+def start(state_dir: Path, service: Service, cwd: Path) -> tuple[int, bool]:
+    """Start the service unless it already runs; returns (pid, started_now)."""
+    pid = running_pid(state_dir, service)
+    if pid is not None:
+        _wait_ready(state_dir, service, pid)
+        return pid, False
+    log = log_file(state_dir, service.name)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    _pid_file(state_dir, service.name).parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as sink:
+        process = subprocess.Popen(
+            service.argv,
+            cwd=cwd,
+            env={**os.environ, **service.env},
+            stdin=subprocess.DEVNULL,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    _pid_file(state_dir, service.name).write_text(str(process.pid))
+    _wait_ready(state_dir, service, process.pid)
+    return process.pid, True
+
+
+def _wait_ready(state_dir: Path, service: Service, pid: int) -> None:
+    deadline = time.monotonic() + service.ready_timeout_sec
+    while time.monotonic() < deadline:
+        if running_pid(state_dir, service) != pid:
+            raise ServiceStartError(
+                f"{service.name} exited during start-up; see {log_file(state_dir, service.name)}"
+            )
+        if healthy(service):
+            return
+        time.sleep(0.5)
+    raise ServiceStartError(
+        f"{service.name} did not become ready at {service.health_url} within "
+        f"{service.ready_timeout_sec:.0f} s; see {log_file(state_dir, service.name)}"
+    )
+
+
+def stop(state_dir: Path, service: Service, timeout_sec: float = 20.0) -> bool:
+    pid = running_pid(state_dir, service)
+    if pid is None:
+        _pid_file(state_dir, service.name).unlink(missing_ok=True)
+        return False
+    os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_sec
+    while time.monotonic() < deadline and running_pid(state_dir, service) == pid:
+        time.sleep(0.2)
+    if running_pid(state_dir, service) == pid:
+        os.killpg(pid, signal.SIGKILL)
+    _pid_file(state_dir, service.name).unlink(missing_ok=True)
+    return True

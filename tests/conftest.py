@@ -1,0 +1,31 @@
+"""Shared fixtures: every test gets its own state directory and Dagster home."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from synth_pipelines.config import settings
+from synth_pipelines.control.database import engine_for
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+SAMPLE_DATASET = PROJECT_ROOT / "datasets" / "sample"
+
+
+@pytest.fixture
+def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty platform state: control database, object store, work dir, Dagster home."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(PROJECT_ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    monkeypatch.setenv("SYNTH_DATA_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.delenv("SYNTH_DATABASE_URL", raising=False)
+    monkeypatch.delenv("SYNTH_OBJECT_STORE_URL", raising=False)
+    settings.cache_clear()
+    engine_for.cache_clear()
+    yield tmp_path / "state"
+    settings.cache_clear()
+    engine_for.cache_clear()

@@ -1,0 +1,47 @@
+from pathlib import Path
+
+import pytest
+
+from synth_pipelines.storage.objectstore import (
+    LocalObjectStore,
+    ObjectExistsError,
+    ObjectIntegrityError,
+    ObjectMissingError,
+    sha256_hex,
+)
+
+
+def test_put_is_create_only_and_idempotent_for_identical_bytes(tmp_path: Path):
+    store = LocalObjectStore(tmp_path)
+    first = store.put("a/b.bin", b"hello")
+    again = store.put("a/b.bin", b"hello")
+    assert first == again
+    assert first.sha256 == sha256_hex(b"hello")
+    with pytest.raises(ObjectExistsError):
+        store.put("a/b.bin", b"different")
+    assert store.get("a/b.bin") == b"hello"
+
+
+def test_get_detects_bytes_changed_after_publication(tmp_path: Path):
+    store = LocalObjectStore(tmp_path)
+    ref = store.put("evidence/x.parquet", b"original")
+    (tmp_path / "evidence" / "x.parquet").write_bytes(b"tampered")
+    with pytest.raises(ObjectIntegrityError, match="changed after it was published"):
+        store.get(ref.key, expected_sha256=ref.sha256)
+
+
+def test_missing_object_and_unsafe_keys_are_refused(tmp_path: Path):
+    store = LocalObjectStore(tmp_path)
+    with pytest.raises(ObjectMissingError):
+        store.get("nope")
+    for key in ("../escape", "/abs", "a//b", "a/./b"):
+        with pytest.raises(ValueError, match="invalid object key"):
+            store.put(key, b"x")
+
+
+def test_list_returns_keys_under_a_prefix_without_staging_files(tmp_path: Path):
+    store = LocalObjectStore(tmp_path)
+    store.put("runs/r1/a", b"1")
+    store.put("runs/r1/b", b"2")
+    store.put("runs/r2/c", b"3")
+    assert list(store.list("runs/r1")) == ["runs/r1/a", "runs/r1/b"]
