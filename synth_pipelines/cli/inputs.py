@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from synth_pipelines.cli.output import UserError
+from synth_pipelines.cli.output import UserError, describe_validation_error
 from synth_pipelines.contracts.plan import Plan
 from synth_pipelines.contracts.profile import PinnedProfile
 
@@ -38,9 +38,7 @@ def read_json_argument(value: str, what: str) -> dict[str, Any]:
 
 
 def _explain(error: ValidationError, what: str, source: str) -> UserError:
-    first = error.errors(include_url=False)[0]
-    where = ".".join(str(part) for part in first["loc"]) or "(top level)"
-    return UserError(f"{what} {source}: {where}: {first['msg']}")
+    return UserError(f"{what} {source}: {describe_validation_error(error)}")
 
 
 def read_plan(value: str) -> Plan:

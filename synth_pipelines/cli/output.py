@@ -29,11 +29,13 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     raise typer.Exit(code)
 
 
-def _validation_message(error: ValidationError) -> str:
+def describe_validation_error(error: ValidationError) -> str:
+    """The first problem, where it is, and the offending value, on one line."""
     first = error.errors(include_url=False)[0]
-    where = ".".join(str(part) for part in first["loc"])
-    more = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
-    return f"{error.title}: {where}: {first['msg']}{more}"
+    where = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    given = "" if first["type"] == "missing" else f" (got {repr(first.get('input'))[:80]})"
+    more = f"; and {error.error_count() - 1} more problem(s)" if error.error_count() > 1 else ""
+    return f"{where}: {first['msg']}{given}{more}"
 
 
 @contextmanager
@@ -42,7 +44,7 @@ def user_errors(*expected: type[Exception]) -> Iterator[None]:
     try:
         yield
     except ValidationError as error:
-        fail(_validation_message(error))
+        fail(f"{error.title}: {describe_validation_error(error)}")
     except (UserError, *expected) as error:
         fail(str(error))
 

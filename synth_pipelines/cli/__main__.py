@@ -1,0 +1,3 @@
+from synth_pipelines.cli.main import app
+
+app()
