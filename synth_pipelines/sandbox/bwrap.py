@@ -1,0 +1,447 @@
+"""`BwrapEnvironment`: Harbor's container-free local environment, built on bubblewrap.
+
+Harbor loads it by import path, for agent and separate-verifier environments alike:
+`EnvironmentConfig(import_path="synth_pipelines.sandbox.bwrap:BwrapEnvironment")`,
+or `--env synth_pipelines.sandbox.bwrap:BwrapEnvironment` on Harbor's CLI. What it
+isolates and how is written up in docs/sandbox.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import pwd
+import re
+import secrets
+import shlex
+import signal
+import tarfile
+from pathlib import Path, PurePosixPath
+
+from harbor.environments.base import BaseEnvironment, ExecResult, transfer_tar_filter
+from harbor.environments.capabilities import (
+    EnvironmentCapabilities,
+    EnvironmentResourceCapabilities,
+)
+from harbor.environments.definition import (
+    COMPOSE_FILE_NAME,
+    DOCKERFILE_NAME,
+    effective_exec_cwd,
+    require_agent_environment_definition,
+)
+from harbor.environments.options import EnvironmentOptions
+from harbor.models.task.config import NetworkMode
+from harbor.models.trial.config import ResourceMode
+from harbor.models.trial.paths import EnvironmentPaths
+from pydantic import Field
+
+from synth_pipelines.config import settings
+from synth_pipelines.sandbox.commands import CommandTimedOut, run_to_completion
+from synth_pipelines.sandbox.dockerfile import DockerfileRecipe, read_dockerfile
+from synth_pipelines.sandbox.errors import (
+    MemoryLimitExceededError,
+    SandboxCommandTimeoutError,
+    SandboxNotRunningError,
+    SandboxPathError,
+    SandboxUserError,
+    UnsupportedTaskError,
+)
+from synth_pipelines.sandbox.filesystem import (
+    Bind,
+    SandboxFilesystem,
+    resolve_sources,
+    top_level,
+    writable_top,
+)
+from synth_pipelines.sandbox.limits import (
+    INIT_LEAF,
+    ResourceLimits,
+    SandboxCgroup,
+    detect_hierarchy,
+)
+from synth_pipelines.sandbox.namespace import SYSTEM_PATH, SandboxInit, join_cgroup
+
+ROOT_HOME = PurePosixPath("/root")
+INSTALLED_AGENT_DIR = PurePosixPath("/installed-agent")
+TMP_DIR = PurePosixPath("/tmp")
+TRANSFER_TIMEOUT_SEC = 600
+KILLED_BY_SIGKILL = 128 + signal.SIGKILL
+
+
+class BwrapOptions(EnvironmentOptions):
+    """`--ek` options of the bwrap environment."""
+
+    pids_max: int = Field(
+        default=4096,
+        ge=16,
+        description="Most processes and threads the sandbox may hold at once (cgroup pids.max).",
+    )
+
+
+class BwrapEnvironment(BaseEnvironment):
+    """A Harbor environment in bubblewrap namespaces on this host; see docs/sandbox.md."""
+
+    options_model = BwrapOptions
+
+    def __init__(self, *args, **kwargs):
+        self._recipe: DockerfileRecipe | None = None
+        self._init: SandboxInit | None = None
+        self._cgroup: SandboxCgroup | None = None
+        self._exec_numbers = itertools.count(1)
+        super().__init__(*args, **kwargs)
+        name = f"{re.sub(r'[^A-Za-z0-9._-]', '_', self.session_id)}-{secrets.token_hex(4)}"
+        self.sandbox_dir = settings().work_dir / "sandboxes" / name
+        self._filesystem = SandboxFilesystem(
+            self.sandbox_dir, self._writable_tops(), self._host_binds()
+        )
+        hierarchy = detect_hierarchy()
+        self._cgroup_name = name
+        self._hierarchy = hierarchy
+
+    @staticmethod
+    def type() -> str:
+        return "bwrap"
+
+    @property
+    def capabilities(self) -> EnvironmentCapabilities:
+        return EnvironmentCapabilities(disable_internet=True, mounted=True)
+
+    @classmethod
+    def resource_capabilities(cls) -> EnvironmentResourceCapabilities:
+        if detect_hierarchy() is None:
+            return EnvironmentResourceCapabilities()
+        return EnvironmentResourceCapabilities(
+            cpu_limit=True, memory_limit=True, fractional_cpus=True
+        )
+
+    @property
+    def recipe(self) -> DockerfileRecipe:
+        if self._recipe is None:
+            raise RuntimeError("the environment definition has not been validated")
+        return self._recipe
+
+    @property
+    def limits(self) -> ResourceLimits:
+        options = self.options if isinstance(self.options, BwrapOptions) else BwrapOptions()
+        return ResourceLimits(
+            memory_mb=self._resource_limit_value("memory", auto_mode=ResourceMode.LIMIT),
+            cpus=self._resource_limit_value("cpu", auto_mode=ResourceMode.LIMIT),
+            pids=options.pids_max,
+        )
+
+    def _validate_definition(self) -> None:
+        task = self.environment_name
+        dockerfile = self.environment_dir / DOCKERFILE_NAME
+        if (self.environment_dir / COMPOSE_FILE_NAME).exists():
+            raise UnsupportedTaskError(task, f"{COMPOSE_FILE_NAME} needs a container engine")
+        if not dockerfile.exists():
+            image = self.task_env_config.docker_image
+            if image:
+                raise UnsupportedTaskError(
+                    task,
+                    f"the prebuilt image {image!r} cannot be pulled; the local sandbox "
+                    f"only reproduces {self.environment_dir.name}/{DOCKERFILE_NAME}",
+                )
+            require_agent_environment_definition(self.environment_dir)
+        recipe = read_dockerfile(dockerfile, task=task, base_env={"PATH": SYSTEM_PATH})
+        for workdir in recipe.workdirs:
+            writable_top(workdir, task=task, why="WORKDIR")
+        for step in recipe.copies:
+            writable_top(step.destination, task=task, why=f"COPY destination (line {step.line})")
+            resolve_sources(step, self.environment_dir)
+        if self.task_env_config.workdir:
+            writable_top(
+                PurePosixPath(self.task_env_config.workdir), task=task, why="[environment].workdir"
+            )
+        self._recipe = recipe
+
+    def _writable_tops(self) -> set[str]:
+        paths = EnvironmentPaths.for_os(self.os)
+        fixed = [
+            paths.logs_dir,
+            paths.tests_dir,
+            paths.solution_dir,
+            paths.default_skills_dir,
+            INSTALLED_AGENT_DIR,
+            TMP_DIR,
+            ROOT_HOME,
+            *self.recipe.workdirs,
+            *(step.destination for step in self.recipe.copies),
+        ]
+        if self.task_env_config.workdir:
+            fixed.append(PurePosixPath(self.task_env_config.workdir))
+        return {top_level(path) for path in fixed}
+
+    def _host_binds(self) -> list[Bind]:
+        binds = []
+        for mount in self._host_mounts:
+            if mount["type"] != "bind":
+                raise UnsupportedTaskError(
+                    self.environment_name,
+                    f"{mount['type']} mount {mount['target']!r} is not supported; "
+                    "the local sandbox only binds host directories",
+                )
+            binds.append(
+                Bind(
+                    source=Path(mount["source"]).resolve(),
+                    target=PurePosixPath(mount["target"]),
+                    read_only=bool(mount.get("read_only")),
+                )
+            )
+        return binds
+
+    async def start(self, force_build: bool) -> None:
+        self._log_unenforced_requests()
+        try:
+            await asyncio.to_thread(self._lay_down)
+            procs_files = await asyncio.to_thread(self._create_cgroup)
+            self._init = await SandboxInit.launch(self._filesystem.bwrap_arguments(), procs_files)
+            await self.ensure_dirs(self._mount_targets(writable_only=True))
+        except BaseException:
+            await asyncio.shield(self.stop(delete=True))
+            raise
+
+    def _lay_down(self) -> None:
+        self._filesystem.create()
+        self._filesystem.lay_down(self.recipe, self.environment_dir)
+        if not self._enable_environment_dir_upload:
+            # Bundled tests: Harbor skips uploading tests/, expecting the verifier
+            # image to hold them at /tests already.
+            self._filesystem.copy_into(
+                self.environment_dir, EnvironmentPaths.for_os(self.os).tests_dir
+            )
+
+    def _create_cgroup(self) -> list[Path]:
+        if self._hierarchy is None:
+            return []
+        self._cgroup = SandboxCgroup(self._hierarchy, self._cgroup_name)
+        self._cgroup.create(self.limits)
+        return self._cgroup.new_leaf(INIT_LEAF)
+
+    def _log_unenforced_requests(self) -> None:
+        if self.network_policy.network_mode == NetworkMode.PUBLIC:
+            self.logger.info(
+                "Task %s asks for public network access; the bwrap sandbox has no "
+                "network, only its own loopback.",
+                self.environment_name,
+            )
+        limits = self.limits
+        if self._hierarchy is None and (limits.memory_mb or limits.cpus):
+            self.logger.warning(
+                "No writable cgroup hierarchy on this host: memory_mb=%s and cpus=%s "
+                "are not enforced for %s.",
+                limits.memory_mb,
+                limits.cpus,
+                self.environment_name,
+            )
+        if self.task_env_config.storage_mb:
+            self.logger.warning(
+                "storage_mb=%s is not enforced by the bwrap sandbox.",
+                self.task_env_config.storage_mb,
+            )
+
+    async def stop(self, delete: bool) -> None:
+        if self._cgroup is not None:
+            await asyncio.to_thread(self._cgroup.kill_commands)
+        if self._init is not None:
+            await self._init.terminate()
+            self._init = None
+        if self._cgroup is not None:
+            await asyncio.to_thread(self._cgroup.remove)
+            self._cgroup = None
+        if delete:
+            await asyncio.to_thread(self._filesystem.remove)
+
+    async def exec(
+        self,
+        command: str,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout_sec: int | None = None,
+        user: str | int | None = None,
+    ) -> ExecResult:
+        init = self._running_init()
+        uid, gid, home = _identity(self._resolve_user(user))
+        workdir = effective_exec_cwd(
+            cwd,
+            self.task_env_config.workdir,
+            str(self.recipe.workdir) if self.recipe.workdir else None,
+        )
+        variables = {
+            "HOME": home,
+            "LANG": "C.UTF-8",
+            **self.recipe.env,
+            **(self._merge_env(env) or {}),
+        }
+        argv = init.enter(command, cwd=workdir or "/", env=variables, uid=uid, gid=gid)
+        leaf = f"exec-{next(self._exec_numbers):06d}"
+        cgroup = self._cgroup
+        procs_files = cgroup.new_leaf(leaf) if cgroup is not None else []
+
+        async def kill(process: asyncio.subprocess.Process) -> None:
+            if cgroup is not None:
+                await asyncio.to_thread(cgroup.kill, leaf)
+            elif process.returncode is None:
+                os.killpg(process.pid, signal.SIGKILL)
+
+        try:
+            completed = await run_to_completion(
+                join_cgroup(argv, procs_files),
+                env={"PATH": SYSTEM_PATH},
+                timeout_sec=timeout_sec,
+                kill=kill,
+                on_output=self._output_callback(),
+            )
+        except CommandTimedOut:
+            raise SandboxCommandTimeoutError(
+                f"Command timed out after {timeout_sec} seconds in sandbox "
+                f"{self.session_id}; it and every process it started were killed: "
+                f"{_abbreviate(command)}"
+            ) from None
+        finally:
+            oom_kills = cgroup.oom_kills(leaf) if cgroup is not None else 0
+            if cgroup is not None:
+                cgroup.remove_leaf(leaf)
+        stderr = completed.stderr
+        if oom_kills:
+            message = (
+                f"Sandbox {self.session_id} exceeded its memory limit of "
+                f"{self.limits.memory_mb} MB: the kernel killed {oom_kills} process(es) of "
+                f"{_abbreviate(command)}. Raise [environment].memory_mb in task.toml "
+                "(or override_memory_mb) or make the command use less memory."
+            )
+            if completed.return_code == KILLED_BY_SIGKILL:
+                raise MemoryLimitExceededError(message)
+            stderr = f"{stderr}\n{message}\n"
+        return ExecResult(
+            stdout=completed.stdout or None,
+            stderr=stderr or None,
+            return_code=completed.return_code,
+        )
+
+    def _running_init(self) -> SandboxInit:
+        if self._init is None or not self._init.running:
+            raise SandboxNotRunningError(
+                f"Sandbox {self.session_id} is not running; call start() first (or it was stopped)."
+            )
+        return self._init
+
+    async def upload_file(self, source_path: Path | str, target_path: str) -> None:
+        source = Path(source_path)
+        if not source.is_file():
+            raise SandboxPathError(f"upload source {source} is not a file")
+        target = PurePosixPath(target_path)
+        await self._push(target.parent, [(source, target.name)])
+
+    async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
+        source = Path(source_dir)
+        if not source.is_dir():
+            raise SandboxPathError(f"upload source {source} is not a directory")
+        members = [(child, child.name) for child in source.iterdir()]
+        await self._push(PurePosixPath(target_dir), members)
+
+    async def download_file(self, source_path: str, target_path: Path | str) -> None:
+        staged = self._staging_name()
+        await self._transfer(
+            f"cp -- {shlex.quote(source_path)} {shlex.quote(str(staged))}", source_path, staged
+        )
+        target = Path(target_path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with self._open_staged(staged) as staged_file, target.open("wb") as out:
+            while chunk := staged_file.read(1 << 20):
+                out.write(chunk)
+
+    async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
+        staged = self._staging_name()
+        await self._transfer(
+            f"tar -cf {shlex.quote(str(staged))} -C {shlex.quote(source_dir)} .",
+            source_dir,
+            staged,
+        )
+        target = Path(target_dir)
+        target.mkdir(parents=True, exist_ok=True)
+        with self._open_staged(staged) as staged_file, tarfile.open(fileobj=staged_file) as archive:
+            archive.extractall(target, filter=self._downloadable)
+
+    async def _push(self, target_dir: PurePosixPath, members: list[tuple[Path, str]]) -> None:
+        staged = self._staging_name()
+        host_staged = self._filesystem.host_path(staged)
+        # O_EXCL: the sandbox can write to /tmp, so never reuse a name it could have made.
+        with open(host_staged, "xb") as out, tarfile.open(fileobj=out, mode="w") as archive:
+            for path, name in members:
+                archive.add(path, arcname=name, filter=_owned_by_root)
+        quoted = shlex.quote(str(target_dir))
+        await self._transfer(
+            f"mkdir -p {quoted} && tar -xf {shlex.quote(str(staged))} -C {quoted} --no-same-owner",
+            str(target_dir),
+            staged,
+        )
+
+    async def _transfer(self, command: str, path: str, staged: PurePosixPath) -> None:
+        """Run a transfer step inside the sandbox as root; on failure drop the staged file."""
+        try:
+            result = await self.exec(command, timeout_sec=TRANSFER_TIMEOUT_SEC, user="root")
+        except BaseException:
+            self._discard(staged)
+            raise
+        if result.return_code != 0:
+            self._discard(staged)
+            raise SandboxPathError(
+                f"Transfer of {path!r} in sandbox {self.session_id} failed "
+                f"(exit {result.return_code}): {(result.stderr or result.stdout or '').strip()}"
+            )
+
+    @staticmethod
+    def _staging_name() -> PurePosixPath:
+        return TMP_DIR / f".synth-transfer-{secrets.token_hex(8)}"
+
+    def _open_staged(self, staged: PurePosixPath):
+        host_path = self._filesystem.host_path(staged)
+        # O_NOFOLLOW: a process inside could swap the file for a link to a host path.
+        descriptor = os.open(host_path, os.O_RDONLY | os.O_NOFOLLOW)
+        handle = os.fdopen(descriptor, "rb")
+        host_path.unlink()
+        return handle
+
+    def _downloadable(self, member: tarfile.TarInfo, destination: str) -> tarfile.TarInfo | None:
+        """Harbor's transfer filter, skipping (not failing on) links that leave the tree.
+
+        Such links are common (a virtualenv's `python -> /usr/bin/python3`), but on the
+        host they would point at the host's files, so they are dropped with a warning.
+        """
+        try:
+            return transfer_tar_filter(member, destination)
+        except tarfile.FilterError as error:
+            self.logger.warning("Not downloading %s from sandbox: %s", member.name, error)
+            return None
+
+    def _discard(self, staged: PurePosixPath) -> None:
+        self._filesystem.host_path(staged).unlink(missing_ok=True)
+
+
+def _identity(user: str | int | None) -> tuple[int, int, str]:
+    """uid, gid and HOME for a Harbor user; names are looked up in /etc/passwd."""
+    if user is None or user in ("root", 0, "0"):
+        return 0, 0, str(ROOT_HOME)
+    try:
+        entry = pwd.getpwuid(int(user)) if str(user).isdigit() else pwd.getpwnam(str(user))
+    except KeyError:
+        if str(user).isdigit():
+            return int(user), int(user), str(TMP_DIR)
+        raise SandboxUserError(
+            f"user {user!r} is not defined in /etc/passwd, which the sandbox shares "
+            "with the host; use root, a numeric uid, or a user the host defines"
+        ) from None
+    return entry.pw_uid, entry.pw_gid, str(TMP_DIR)
+
+
+def _owned_by_root(member: tarfile.TarInfo) -> tarfile.TarInfo:
+    member.uid = member.gid = 0
+    member.uname = member.gname = "root"
+    return member
+
+
+def _abbreviate(command: str, limit: int = 200) -> str:
+    flat = " ".join(command.split())
+    return repr(flat if len(flat) <= limit else f"{flat[:limit]}...")

@@ -1,0 +1,138 @@
+"""Running one host process to completion: output, timeout and the kill on the way out."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from harbor.environments.base import OutputCallback, OutputStream
+
+# A command's background children may keep its stdout open after it exits; output
+# written after this grace belongs to them, not to the command.
+OUTPUT_GRACE_SEC = 0.5
+READ_CHUNK = 65536
+
+
+@dataclass(frozen=True)
+class Completed:
+    return_code: int
+    stdout: str
+    stderr: str
+
+
+class CommandTimedOut(Exception):
+    """The command passed its deadline; `kill` has already run."""
+
+
+async def run_to_completion(
+    argv: Sequence[str],
+    *,
+    env: dict[str, str],
+    timeout_sec: float | None,
+    kill: Callable[[asyncio.subprocess.Process], Awaitable[None]],
+    on_output: OutputCallback | None = None,
+) -> Completed:
+    """Run `argv`, collecting its output; on timeout or cancellation call `kill`.
+
+    `kill` must end the whole process tree, not just `argv`'s own process: it is
+    awaited before `CommandTimedOut` or the cancellation propagates.
+    """
+    # Our own pipes, not asyncio's: asyncio's `wait()` also waits for its pipes to
+    # close, which a backgrounded child holding stdout would postpone indefinitely.
+    stdout_read, stdout_write = os.pipe()
+    stderr_read, stderr_write = os.pipe()
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=stdout_write,
+            stderr=stderr_write,
+            start_new_session=True,
+        )
+    except BaseException:
+        os.close(stdout_read)
+        os.close(stderr_read)
+        raise
+    finally:
+        os.close(stdout_write)
+        os.close(stderr_write)
+    stdout = _Output(stdout_read, "stdout", on_output)
+    stderr = _Output(stderr_read, "stderr", on_output)
+    outputs = [stdout, stderr]
+    try:
+        async with asyncio.timeout(timeout_sec):
+            await process.wait()
+    except TimeoutError:
+        await _end(process, outputs, kill)
+        raise CommandTimedOut from None
+    except BaseException:
+        await asyncio.shield(_end(process, outputs, kill))
+        raise
+    await _drain(outputs)
+    return Completed(
+        return_code=_shell_return_code(process.returncode),
+        stdout=stdout.text(),
+        stderr=stderr.text(),
+    )
+
+
+class _Output:
+    """One output pipe, read as it fills, closed once the command is over."""
+
+    def __init__(self, descriptor: int, name: OutputStream, on_output: OutputCallback | None):
+        self.chunks: list[bytes] = []
+        self.name = name
+        self.on_output = on_output
+        self.pipe = os.fdopen(descriptor, "rb", buffering=0)
+        self.task = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        try:
+            transport, _ = await loop.connect_read_pipe(
+                lambda: asyncio.StreamReaderProtocol(reader), self.pipe
+            )
+        except BaseException:
+            self.pipe.close()
+            raise
+        try:
+            while chunk := await reader.read(READ_CHUNK):
+                self.chunks.append(chunk)
+                if self.on_output is not None:
+                    await self.on_output(chunk.decode(errors="replace"), self.name)
+        finally:
+            transport.close()
+
+    def text(self) -> str:
+        return b"".join(self.chunks).decode(errors="replace")
+
+
+async def _end(
+    process: asyncio.subprocess.Process,
+    outputs: list[_Output],
+    kill: Callable[[asyncio.subprocess.Process], Awaitable[None]],
+) -> None:
+    await kill(process)
+    await process.wait()
+    await _drain(outputs)
+
+
+async def _drain(outputs: list[_Output]) -> None:
+    _, pending = await asyncio.wait([output.task for output in outputs], timeout=OUTPUT_GRACE_SEC)
+    for task in pending:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def _shell_return_code(return_code: int | None) -> int:
+    """Report death by signal N as 128 + N, the way a shell (and Docker) does."""
+    if return_code is None:
+        return 128 + signal.SIGKILL
+    return 128 - return_code if return_code < 0 else return_code

@@ -1,0 +1,46 @@
+"""What the local sandbox raises, each with the fix in its message.
+
+Harbor classifies trial failures by exception *type name*
+(`harbor.models.trial.error_policy`), so names that Harbor already knows are reused
+on purpose: `MemoryLimitExceededError` is retried and never graded, like Harbor's own.
+"""
+
+from __future__ import annotations
+
+CONTAINER_ENVIRONMENTS = "docker, daytona, modal or e2b"
+
+
+class UnsupportedTaskError(ValueError):
+    """The task needs something the bubblewrap sandbox cannot provide faithfully."""
+
+    def __init__(self, task: str, problem: str) -> None:
+        super().__init__(
+            f"Task {task!r} cannot run in the local bwrap sandbox: {problem}. "
+            f"Run it with a container environment instead ({CONTAINER_ENVIRONMENTS}), "
+            "e.g. EnvironmentConfig(type='docker') or `--env docker`."
+        )
+        self.task = task
+
+
+class SandboxStartError(RuntimeError):
+    """bubblewrap could not create the sandbox."""
+
+
+class SandboxNotRunningError(RuntimeError):
+    """A command or transfer was asked of a sandbox that is not started."""
+
+
+class SandboxCommandTimeoutError(RuntimeError):
+    """A command ran past its timeout; its whole process tree was killed."""
+
+
+class MemoryLimitExceededError(RuntimeError):
+    """The kernel killed a command because the sandbox hit its memory limit."""
+
+
+class SandboxPathError(ValueError):
+    """A transfer named a path the sandbox cannot read or write."""
+
+
+class SandboxUserError(ValueError):
+    """A command asked to run as a user the sandbox does not know."""

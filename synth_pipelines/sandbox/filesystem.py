@@ -1,0 +1,213 @@
+"""The filesystem a sandbox sees, and the host directories behind it.
+
+Inside: the host's system directories read-only (standing in for the base image),
+only the `/etc` entries programs need, a fresh `/proc`, a minimal `/dev`, and one
+writable host directory per top-level path the task and Harbor use (`/app`,
+`/logs`, `/tests`, `/solution`, `/tmp`, `/root`, ...). Everything else, including
+`/` itself, is read-only, and nothing of the operator's home, the project checkout
+or other sandboxes is mounted.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import shutil
+import tarfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from synth_pipelines.sandbox.dockerfile import CopyStep, DockerfileRecipe
+from synth_pipelines.sandbox.errors import UnsupportedTaskError
+
+HOST_SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
+# Only what programs read to run: users, name service, dynamic linker, locale and
+# time zone, TLS roots, shells' profiles, Debian's alternatives symlinks. Secrets
+# (shadow), package credentials (pip.conf, npmrc) and host identity stay out.
+ETC_ENTRIES = (
+    "alternatives",
+    "bash.bashrc",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "debian_version",
+    "group",
+    "host.conf",
+    "hosts",
+    "inputrc",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "locale.alias",
+    "localtime",
+    "login.defs",
+    "mime.types",
+    "nsswitch.conf",
+    "os-release",
+    "passwd",
+    "pki",
+    "profile",
+    "profile.d",
+    "protocols",
+    "services",
+    "ssl",
+    "terminfo",
+    "timezone",
+)
+KERNEL_DIRS = ("proc", "dev", "sys", "etc", "run", "boot")
+RESERVED_TOPS = frozenset((*HOST_SYSTEM_DIRS, *KERNEL_DIRS))
+
+
+@dataclass(frozen=True)
+class Bind:
+    source: Path
+    target: PurePosixPath
+    read_only: bool = False
+
+
+def top_level(path: PurePosixPath) -> str:
+    """The first component of an absolute sandbox path (`/app/x` -> `app`)."""
+    return path.parts[1] if len(path.parts) > 1 else ""
+
+
+def writable_top(path: PurePosixPath, *, task: str, why: str) -> str:
+    """The writable top-level directory holding `path`, or a refusal naming it."""
+    top = top_level(path)
+    if not path.is_absolute() or not top:
+        raise UnsupportedTaskError(task, f"{why} {str(path)!r} is not an absolute path")
+    if top in RESERVED_TOPS:
+        raise UnsupportedTaskError(
+            task,
+            f"{why} {str(path)!r} lies in /{top}, which the sandbox takes read-only "
+            "from the host; use /app or another directory of your own",
+        )
+    return top
+
+
+class SandboxFilesystem:
+    """Host directories under `root`, one per writable top-level sandbox path."""
+
+    def __init__(self, root: Path, writable_tops: Iterable[str], binds: Iterable[Bind]):
+        self.root = root
+        self.writable_tops = tuple(sorted(set(writable_tops)))
+        self.binds = tuple(sorted(binds, key=lambda bind: len(bind.target.parts)))
+
+    def host_dir(self, top: str) -> Path:
+        return self.root / "fs" / top
+
+    def host_path(self, path: PurePosixPath) -> Path:
+        """Where a sandbox path under a writable top lives on the host."""
+        top = top_level(path)
+        if top not in self.writable_tops:
+            raise ValueError(f"{str(path)!r} is not under a writable sandbox directory")
+        return self.host_dir(top).joinpath(*path.parts[2:])
+
+    def create(self) -> None:
+        for top in self.writable_tops:
+            self.host_dir(top).mkdir(parents=True, exist_ok=True)
+        if "tmp" in self.writable_tops:
+            self.host_dir("tmp").chmod(0o1777)
+        for bind in self.binds:
+            if not bind.read_only:
+                bind.source.mkdir(parents=True, exist_ok=True)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+        if self.root.exists():
+            raise OSError(f"could not remove sandbox directory {self.root}")
+
+    def bwrap_arguments(self) -> list[str]:
+        arguments: list[str] = []
+        for name in HOST_SYSTEM_DIRS:
+            arguments += _host_entry(Path("/") / name)
+        for name in ETC_ENTRIES:
+            arguments += _host_entry(Path("/etc") / name)
+        arguments += ["--proc", "/proc", "--dev", "/dev"]
+        for top in self.writable_tops:
+            arguments += ["--bind", str(self.host_dir(top)), f"/{top}"]
+        for bind in self.binds:
+            flag = "--ro-bind" if bind.read_only else "--bind"
+            arguments += [flag, str(bind.source), str(bind.target)]
+        return [*arguments, "--remount-ro", "/"]
+
+    def lay_down(self, recipe: DockerfileRecipe, context: Path) -> None:
+        """Reproduce the recipe's WORKDIR and COPY/ADD steps in the host directories."""
+        for workdir in recipe.workdirs:
+            self.host_path(workdir).mkdir(parents=True, exist_ok=True)
+        for step in recipe.copies:
+            for source in resolve_sources(step, context):
+                self._copy(step, source)
+
+    def copy_into(self, source_dir: Path, target: PurePosixPath) -> None:
+        shutil.copytree(source_dir, self.host_path(target), symlinks=True, dirs_exist_ok=True)
+
+    def _copy(self, step: CopyStep, source: Path) -> None:
+        destination = self.host_path(step.destination)
+        into_dir = step.destination_is_dir or destination.is_dir()
+        if source.is_dir() and not source.is_symlink():
+            shutil.copytree(source, destination, symlinks=True, dirs_exist_ok=True)
+            written = [destination]
+        elif step.extract_archives and tarfile.is_tarfile(source):
+            destination.mkdir(parents=True, exist_ok=True)
+            with tarfile.open(source) as archive:
+                archive.extractall(destination, filter="data")
+            written = [destination]
+        else:
+            target = destination / source.name if into_dir else destination
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target, follow_symlinks=False)
+            written = [target]
+        for path in written:
+            _apply_ownership(path, step)
+
+
+def resolve_sources(step: CopyStep, context: Path) -> list[Path]:
+    """The context files a COPY/ADD names, refusing any that escape the context."""
+    context = context.resolve()
+    found: list[Path] = []
+    for pattern in step.sources:
+        relative = pattern.lstrip("/") or "."
+        matches = [context] if relative in (".", "./") else sorted(context.glob(relative))
+        if not matches:
+            raise FileNotFoundError(
+                f"COPY/ADD source {pattern!r} (Dockerfile line {step.line}) is not in the "
+                f"build context {context}"
+            )
+        for match in matches:
+            if not match.resolve().is_relative_to(context):
+                raise PermissionError(
+                    f"COPY/ADD source {pattern!r} (Dockerfile line {step.line}) resolves "
+                    f"outside the build context {context}"
+                )
+        found += matches
+    return found
+
+
+def _host_entry(path: Path) -> list[str]:
+    if path.is_symlink():
+        return ["--symlink", os.readlink(path), str(path)]
+    if path.exists():
+        return ["--ro-bind", str(path), str(path)]
+    return []
+
+
+def _apply_ownership(path: Path, step: CopyStep) -> None:
+    if step.chmod is None and step.chown is None:
+        return
+    owner = _owner(step.chown) if step.chown is not None else None
+    for item in [path, *path.rglob("*")] if path.is_dir() else [path]:
+        if item.is_symlink():
+            continue
+        if step.chmod is not None:
+            item.chmod(step.chmod)
+        if owner is not None:
+            os.chown(item, *owner)
+
+
+def _owner(spec: str) -> tuple[int, int]:
+    user, _, group = spec.partition(":")
+    uid = int(user) if user.isdigit() else pwd.getpwnam(user).pw_uid
+    if not group:
+        return uid, uid if user.isdigit() else pwd.getpwnam(user).pw_gid
+    return uid, int(group) if group.isdigit() else grp.getgrnam(group).gr_gid

@@ -1,0 +1,128 @@
+"""Tiny Harbor tasks and bwrap environments built by the sandbox tests themselves."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from harbor import Trial, TrialConfig
+from harbor.models.task.config import NetworkMode, NetworkPolicy
+from harbor.models.task.config import TaskConfig as TaskToml
+from harbor.models.trial.config import AgentConfig, EnvironmentConfig, TaskConfig
+from harbor.models.trial.paths import TrialPaths
+from harbor.models.trial.result import TrialResult
+
+from synth_pipelines.config import settings
+from synth_pipelines.sandbox.bwrap import BwrapEnvironment
+from synth_pipelines.sandbox.limits import PARENT_NAME, detect_hierarchy
+
+IMPORT_PATH = "synth_pipelines.sandbox.bwrap:BwrapEnvironment"
+DOCKERFILE = "FROM python:3.12-slim\nWORKDIR /app\nCOPY seed.txt /app/\nENV GREETING=hello\n"
+TASK_TOML = """\
+schema_version = "1.4"
+artifacts = ["/app/hello.txt"]
+
+[task]
+name = "synth/{name}"
+
+[agent]
+timeout_sec = 60
+
+[verifier]
+environment_mode = "separate"
+timeout_sec = 60
+{extra}
+"""
+SOLVE_SH = '#!/bin/bash\necho "$GREETING" > /app/hello.txt\n'
+TEST_SH = """\
+#!/bin/bash
+if [ "$(cat /app/hello.txt 2>/dev/null)" = hello ]; then echo 1; else echo 0; fi \\
+  > /logs/verifier/reward.txt
+"""
+
+requires_cgroups = pytest.mark.skipif(
+    detect_hierarchy() is None, reason="no writable cgroup hierarchy on this host"
+)
+
+
+def make_task(
+    root: Path,
+    name: str = "sandbox-probe",
+    *,
+    dockerfile: str = DOCKERFILE,
+    extra_toml: str = "",
+    solve_sh: str = SOLVE_SH,
+    test_sh: str = TEST_SH,
+) -> Path:
+    """A separate-verifier task whose oracle writes /app/hello.txt and whose test checks it."""
+    task = root / name
+    for folder in ("environment", "tests", "solution"):
+        (task / folder).mkdir(parents=True)
+    (task / "task.toml").write_text(TASK_TOML.format(name=name, extra=extra_toml))
+    (task / "instruction.md").write_text("Write hello into /app/hello.txt.\n")
+    (task / "environment" / "Dockerfile").write_text(dockerfile)
+    (task / "environment" / "seed.txt").write_text("seed\n")
+    (task / "solution" / "solve.sh").write_text(solve_sh)
+    (task / "tests" / "test.sh").write_text(test_sh)
+    return task
+
+
+def make_environment(task: Path, trial_dir: Path, **overrides) -> BwrapEnvironment:
+    """The environment Harbor would build for the task, constructed directly."""
+    config = TaskToml.model_validate_toml((task / "task.toml").read_text())
+    paths = TrialPaths(trial_dir)
+    paths.mkdir()
+    options = {"network_policy": NetworkPolicy(network_mode=NetworkMode.NO_NETWORK), **overrides}
+    return BwrapEnvironment(
+        environment_dir=task / "environment",
+        environment_name=task.name,
+        session_id=f"{task.name}__env",
+        trial_paths=paths,
+        task_env_config=config.environment,
+        **options,
+    )
+
+
+def sandbox_dirs() -> list[Path]:
+    root = settings().work_dir / "sandboxes"
+    return sorted(root.iterdir()) if root.is_dir() else []
+
+
+def sandbox_cgroups(name: str) -> list[Path]:
+    hierarchy = detect_hierarchy()
+    if hierarchy is None:
+        return []
+    return [
+        path
+        for mount in set(hierarchy.mounts.values())
+        if (path := mount / PARENT_NAME / name).exists()
+    ]
+
+
+def run_trial(task: Path, trials_dir: Path, agent: str, **config) -> TrialResult:
+    trial_config = TrialConfig(
+        task=TaskConfig(path=task),
+        trials_dir=trials_dir,
+        agent=AgentConfig(name=agent),
+        environment=EnvironmentConfig(import_path=IMPORT_PATH),
+        **config,
+    )
+
+    async def run() -> TrialResult:
+        trial = await Trial.create(trial_config)
+        return await trial.run()
+
+    return asyncio.run(run())
+
+
+def isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Point the platform's state (and so the sandboxes' directories) at a temp dir.
+
+    Used as `yield from` in each test module's autouse fixture.
+    """
+    monkeypatch.setenv("SYNTH_DATA_DIR", str(tmp_path / "state"))
+    settings.cache_clear()
+    yield tmp_path / "state"
+    settings.cache_clear()
