@@ -61,6 +61,7 @@ from synth_pipelines.sandbox.limits import (
     detect_hierarchy,
 )
 from synth_pipelines.sandbox.namespace import SYSTEM_PATH, SandboxInit, join_cgroup
+from synth_pipelines.sandbox.route import SandboxRoute
 
 ROOT_HOME = PurePosixPath("/root")
 INSTALLED_AGENT_DIR = PurePosixPath("/installed-agent")
@@ -88,6 +89,7 @@ class BwrapEnvironment(BaseEnvironment):
         self._recipe: DockerfileRecipe | None = None
         self._init: SandboxInit | None = None
         self._cgroup: SandboxCgroup | None = None
+        self._routes: list[SandboxRoute] = []
         self._exec_numbers = itertools.count(1)
         super().__init__(*args, **kwargs)
         name = f"{re.sub(r'[^A-Za-z0-9._-]', '_', self.session_id)}-{secrets.token_hex(4)}"
@@ -241,7 +243,19 @@ class BwrapEnvironment(BaseEnvironment):
                 self.task_env_config.storage_mb,
             )
 
+    async def open_route(self, inside_port: int, target_host: str, target_port: int) -> str:
+        """Make `target_host:target_port` on the host reachable from inside the sandbox
+        at 127.0.0.1:`inside_port`, and nothing else; returns the URL to use inside."""
+        init = self._running_init()
+        route = SandboxRoute(f"/proc/{init.pid}/ns/net", inside_port, target_host, target_port)
+        await route.open()
+        self._routes.append(route)
+        return route.url
+
     async def stop(self, delete: bool) -> None:
+        for route in self._routes:
+            await route.close()
+        self._routes.clear()
         if self._cgroup is not None:
             await asyncio.to_thread(self._cgroup.kill_commands)
         if self._init is not None:

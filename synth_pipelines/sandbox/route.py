@@ -1,0 +1,96 @@
+"""The one network route a sandbox may have: a port on its own loopback that reaches
+exactly one address on the host (the capture proxy).
+
+The listening socket is created by a short-lived thread that has joined the sandbox's
+network namespace, so it exists only inside the sandbox; connections accepted on it are
+relayed by the host's event loop to the single target. No helper process runs inside
+the sandbox, and nothing else on the host becomes reachable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import threading
+
+CHUNK = 65536
+
+
+def _listen_inside(netns: str, port: int) -> socket.socket:
+    result: dict[str, socket.socket | BaseException] = {}
+
+    def create() -> None:
+        try:
+            with open(netns) as namespace:
+                os.setns(namespace.fileno(), os.CLONE_NEWNET)
+            listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind(("127.0.0.1", port))
+            listener.listen(128)
+            listener.setblocking(False)
+            result["socket"] = listener
+        except BaseException as error:
+            result["error"] = error
+
+    # The thread that joined the namespace ends here, so no thread of ours stays in it.
+    thread = threading.Thread(target=create, name="sandbox-route", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in result:
+        raise result["error"]
+    return result["socket"]
+
+
+async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(CHUNK):
+            writer.write(data)
+            await writer.drain()
+    except (ConnectionError, asyncio.CancelledError):
+        pass
+    finally:
+        with contextlib.suppress(Exception):
+            writer.close()
+
+
+class SandboxRoute:
+    def __init__(self, netns: str, inside_port: int, target_host: str, target_port: int):
+        self.netns = netns
+        self.inside_port = inside_port
+        self.target = (target_host, target_port)
+        self._server: asyncio.Server | None = None
+        self._relays: set[asyncio.Task] = set()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.inside_port}"
+
+    async def open(self) -> None:
+        listener = await asyncio.to_thread(_listen_inside, self.netns, self.inside_port)
+        self._server = await asyncio.start_server(self._relay, sock=listener)
+
+    async def _relay(self, inside_reader, inside_writer) -> None:
+        try:
+            host_reader, host_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            inside_writer.close()
+            return
+        task = asyncio.current_task()
+        self._relays.add(task)
+        try:
+            await asyncio.gather(
+                _pump(inside_reader, host_writer), _pump(host_reader, inside_writer)
+            )
+        finally:
+            self._relays.discard(task)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for task in list(self._relays):
+                task.cancel()
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+            self._server = None
