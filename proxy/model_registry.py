@@ -1,0 +1,191 @@
+"""The models the proxy serves: limits, native format and where sampling goes.
+
+A request's `model` picks an entry; the entry names its family adapter, its context window and
+output limit (which bound prompt fitting and `max_tokens`), and its backend route. Only Tinker
+routes are trainable: an OpenAI-compatible completions backend returns tokens and logprobs
+for inference but has no training client behind it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+
+from proxy.adapters import adapter_for
+from proxy.adapters.base import Family, ModelAdapter
+from proxy.errors import ProxyError
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TinkerRoute(_Frozen):
+    """Sampling through the tinker SDK: a base model, or a `tinker://` sampler checkpoint."""
+
+    kind: Literal["tinker"] = "tinker"
+    base_model: str | None = None
+    model_path: str | None = None
+
+    @model_validator(mode="after")
+    def _one_target(self) -> TinkerRoute:
+        if (self.base_model is None) == (self.model_path is None):
+            raise ValueError("a tinker route needs exactly one of base_model or model_path")
+        if self.model_path is not None and not self.model_path.startswith("tinker://"):
+            raise ValueError(f"model_path must be a tinker:// path, got {self.model_path!r}")
+        return self
+
+
+class CompletionsRoute(_Frozen):
+    """An OpenAI-compatible completions server that returns token ids and logprobs."""
+
+    kind: Literal["openai_completions"] = "openai_completions"
+    base_url: str
+    model: str
+
+
+BackendRoute = Annotated[TinkerRoute | CompletionsRoute, Field(discriminator="kind")]
+
+
+class ModelEntry(_Frozen):
+    id: str = Field(min_length=1)
+    family: Family
+    context_window: int = Field(gt=0)
+    max_output_tokens: int = Field(gt=0)
+    backend: BackendRoute
+    trainable: bool
+    display_name: str = ""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelEntry:
+        if self.max_output_tokens >= self.context_window:
+            raise ValueError(
+                f"{self.id}: max_output_tokens ({self.max_output_tokens}) must be below "
+                f"context_window ({self.context_window})"
+            )
+        if self.trainable and not isinstance(self.backend, TinkerRoute):
+            raise ValueError(f"{self.id}: only tinker routes are trainable")
+        return self
+
+    def output_tokens(self, requested_max_tokens: int) -> int:
+        """The `max_tokens` sampled with: the request's, capped by the model's output limit."""
+        return min(requested_max_tokens, self.max_output_tokens)
+
+    def prompt_budget(self, requested_max_tokens: int) -> int:
+        """Prompt tokens that still leave room for the whole output."""
+        return self.context_window - self.output_tokens(requested_max_tokens)
+
+    def adapter(self) -> ModelAdapter:
+        return adapter_for(self.family)
+
+    def model_info(self) -> ModelInfo:
+        return ModelInfo(
+            id=self.id,
+            display_name=self.display_name or self.id,
+            max_input_tokens=self.context_window,
+            max_tokens=self.max_output_tokens,
+        )
+
+
+class ModelInfo(BaseModel):
+    """An entry of `GET /v1/models`, in Anthropic's shape."""
+
+    type: Literal["model"] = "model"
+    id: str
+    display_name: str
+    created_at: str = "1970-01-01T00:00:00Z"
+    lifecycle: Literal["active"] = "active"
+    max_input_tokens: int
+    max_tokens: int
+
+
+class ModelList(BaseModel):
+    data: list[ModelInfo]
+    has_more: bool = False
+    first_id: str | None = None
+    last_id: str | None = None
+
+
+DEFAULT_MODELS: tuple[ModelEntry, ...] = (
+    ModelEntry(
+        id="synth/qwen3-tiny",
+        family="qwen",
+        context_window=32_768,
+        max_output_tokens=8_192,
+        backend=TinkerRoute(base_model="synth/qwen3-tiny"),
+        trainable=True,
+        display_name="Qwen3 tiny (local model service)",
+    ),
+    ModelEntry(
+        id="deepseek-ai/DeepSeek-V3.1",
+        family="deepseek",
+        context_window=131_072,
+        max_output_tokens=32_768,
+        backend=TinkerRoute(base_model="deepseek-ai/DeepSeek-V3.1"),
+        trainable=True,
+    ),
+    ModelEntry(
+        id="moonshotai/Kimi-K2-Thinking",
+        family="kimi",
+        context_window=262_144,
+        max_output_tokens=32_768,
+        backend=TinkerRoute(base_model="moonshotai/Kimi-K2-Thinking"),
+        trainable=True,
+    ),
+    ModelEntry(
+        id="zai-org/GLM-5.3",
+        family="glm",
+        context_window=202_752,
+        max_output_tokens=32_768,
+        backend=TinkerRoute(base_model="zai-org/GLM-5.3"),
+        trainable=True,
+    ),
+)
+
+
+class ModelRegistry:
+    def __init__(self, entries: Iterable[ModelEntry] = DEFAULT_MODELS) -> None:
+        self._entries: dict[str, ModelEntry] = {}
+        for entry in entries:
+            if entry.id in self._entries:
+                raise ValueError(f"model {entry.id!r} is registered twice")
+            self._entries[entry.id] = entry
+
+    @classmethod
+    def from_json_file(cls, path: Path) -> ModelRegistry:
+        """A registry from a JSON list of entries (the shape of `ModelEntry`)."""
+        try:
+            entries = _ENTRY_LIST.validate_json(path.read_bytes())
+        except OSError as exc:
+            raise ValueError(f"cannot read the model registry {path}: {exc}") from None
+        except ValidationError as exc:
+            raise ValueError(f"{path} is not a valid model registry:\n{exc}") from None
+        return cls(entries)
+
+    def get(self, model_id: str) -> ModelEntry:
+        entry = self._entries.get(model_id)
+        if entry is None:
+            served = ", ".join(sorted(self._entries)) or "none"
+            raise ProxyError(
+                "not_found_error",
+                f"model: {model_id!r} is not served by this proxy; served models: {served} "
+                "(GET /v1/models lists them)",
+            )
+        return entry
+
+    def entries(self) -> list[ModelEntry]:
+        return list(self._entries.values())
+
+    def model_list(self) -> ModelList:
+        infos = [entry.model_info() for entry in self._entries.values()]
+        return ModelList(
+            data=infos,
+            first_id=infos[0].id if infos else None,
+            last_id=infos[-1].id if infos else None,
+        )
+
+
+_ENTRY_LIST = TypeAdapter(list[ModelEntry])
