@@ -4,10 +4,12 @@ PYTHON ?= $(shell scripts/find-python312.sh)
 VENV := .venv
 SYNTH := $(VENV)/bin/synth
 STAMP := $(VENV)/.installed
+CLAUDE_CODE_VERSION := 2.1.328
+CLAUDE := .tools/claude-code/node_modules/.bin/claude
 
 .PHONY: demo test setup system-packages lint down clean
 
-setup: system-packages $(STAMP)
+setup: system-packages $(STAMP) $(CLAUDE)
 
 system-packages:
 	@scripts/install-system-packages.sh
@@ -18,6 +20,14 @@ $(STAMP): pyproject.toml constraints.txt
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(VENV)/bin/python -m pip install --quiet -c constraints.txt -e '.[dev]'
 	@touch $(STAMP)
+
+# The real Claude Code CLI (a native binary shipped in the npm package), pinned; never committed.
+$(CLAUDE):
+	mkdir -p .tools/claude-code
+	cd .tools/claude-code && npm install --no-audit --no-fund --loglevel=error \
+		@anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION)
+	@test -x $(CLAUDE) || node .tools/claude-code/node_modules/@anthropic-ai/claude-code/install.cjs
+	$(CLAUDE) --version
 
 demo: setup
 	$(SYNTH) up

@@ -158,12 +158,18 @@ class ModelRegistry:
     def from_json_file(cls, path: Path) -> ModelRegistry:
         """A registry from a JSON list of entries (the shape of `ModelEntry`)."""
         try:
-            entries = _ENTRY_LIST.validate_json(path.read_bytes())
+            return cls.from_json(path.read_bytes())
         except OSError as exc:
             raise ValueError(f"cannot read the model registry {path}: {exc}") from None
         except ValidationError as exc:
             raise ValueError(f"{path} is not a valid model registry:\n{exc}") from None
-        return cls(entries)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> ModelRegistry:
+        return cls(_ENTRY_LIST.validate_json(text))
+
+    def to_json(self) -> str:
+        return _ENTRY_LIST.dump_json(self.entries()).decode()
 
     def get(self, model_id: str) -> ModelEntry:
         entry = self._entries.get(model_id)

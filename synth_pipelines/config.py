@@ -34,6 +34,10 @@ class Settings(BaseSettings):
     object_store_url: str | None = None
     s3_endpoint_url: str | None = None
     dagster_url: str = "http://127.0.0.1:3000"
+    proxy_url: str = "http://127.0.0.1:8200"
+    model_service_url: str = "http://127.0.0.1:8100"
+    model_registry: Path | None = None
+    proxy_publish_interval_sec: float = 1.0
     owner: str = "local"
 
     @property
@@ -51,6 +55,15 @@ class Settings(BaseSettings):
     @property
     def dagster_home(self) -> Path:
         return Path(os.environ.get("DAGSTER_HOME") or self.project_root / "dagster_home")
+
+    @property
+    def claude_code(self) -> Path:
+        """The Claude Code CLI installed by the setup (`make setup`)."""
+        return self.project_root / ".tools" / "claude-code" / "node_modules" / ".bin" / "claude"
+
+    @property
+    def signing_key_path(self) -> Path:
+        return self.state_dir / "proxy-signing.key"
 
     @property
     def work_dir(self) -> Path:

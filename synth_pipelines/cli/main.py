@@ -5,6 +5,8 @@ from __future__ import annotations
 import typer
 
 from synth_pipelines.cli.datasets import dataset_app
+from synth_pipelines.cli.model import model_app
+from synth_pipelines.cli.proxy import proxy_app
 from synth_pipelines.cli.runs import run_app
 from synth_pipelines.cli.services import services_app
 
@@ -16,4 +18,6 @@ app = typer.Typer(
 )
 app.add_typer(dataset_app, name="dataset")
 app.add_typer(run_app, name="run")
+app.add_typer(model_app, name="model")
+app.add_typer(proxy_app, name="proxy")
 app.registered_commands.extend(services_app.registered_commands)

@@ -92,3 +92,32 @@ asset_outputs = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Index("ix_asset_outputs_asset_partition", "asset", "partition", "id"),
 )
+
+evidence_chunks = Table(
+    "evidence_chunks",
+    metadata,
+    Column("chunk_key", String(400), primary_key=True),
+    Column("run_id", String(40), nullable=False),
+    Column("batch", String(80), nullable=True),
+    Column("attempt_id", String(120), nullable=False),
+    Column("sha256", String(64), nullable=False),
+    Column("size", BigInteger, nullable=False),
+    Column("calls", Integer, nullable=False),
+    Column("published_at", DateTime(timezone=True), nullable=False),
+    Index("ix_evidence_chunks_batch", "batch"),
+    Index("ix_evidence_chunks_attempt", "attempt_id"),
+)
+
+evidence_calls = Table(
+    "evidence_calls",
+    metadata,
+    Column("call_id", String(64), primary_key=True),
+    Column("chunk_key", String(400), nullable=False),
+    Column("run_id", String(40), nullable=False),
+    Column("batch", String(80), nullable=True),
+    Column("attempt_id", String(120), nullable=False),
+    Column("agent_id", String(120), nullable=False),
+    Column("call_index", Integer, nullable=False),
+    Column("role", String(20), nullable=False),
+    Index("ix_evidence_calls_attempt", "attempt_id"),
+)

@@ -1,0 +1,56 @@
+"""Authentication as a FastAPI dependency: every call carries a scoped token."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from proxy.credentials import TokenInvalidError, TokenScopeError, check_model, verify_token
+from proxy.errors import ProxyError
+from synth_pipelines.contracts.scoped_token import TokenClaims
+
+
+@dataclass(frozen=True)
+class Caller:
+    claims: TokenClaims
+
+    def check_model(self, model: str) -> None:
+        if self.claims.role == "operator":
+            raise ProxyError("permission_error", "an operator token cannot sample models")
+        try:
+            check_model(self.claims, model)
+        except TokenScopeError as error:
+            raise ProxyError("permission_error", str(error)) from None
+
+
+def _presented_token(request: Request) -> str | None:
+    key = request.headers.get("x-api-key")
+    if key:
+        return key
+    authorization = request.headers.get("authorization", "")
+    scheme, _, value = authorization.partition(" ")
+    return value.strip() if scheme.lower() == "bearer" and value.strip() else None
+
+
+async def caller(request: Request) -> Caller:
+    token = _presented_token(request)
+    if token is None:
+        raise ProxyError(
+            "authentication_error",
+            "x-api-key header is required (or Authorization: Bearer <token>); "
+            "mint one with `synth proxy token`",
+        )
+    try:
+        return Caller(verify_token(request.app.state.proxy.signing_key, token))
+    except TokenInvalidError as error:
+        raise ProxyError("authentication_error", str(error)) from None
+
+
+def require_role(who: Caller, role: str) -> None:
+    if who.claims.role != role:
+        raise ProxyError("permission_error", f"this endpoint needs a token with role {role!r}")
+
+
+Authenticated = Annotated[Caller, Depends(caller)]

@@ -1,0 +1,91 @@
+"""The proxy's evidence path: stage before responding, publish in the background.
+
+Staging is on the response path (a call is durable before its response completes);
+publishing never is: a bounded background thread uploads chunks, commits their
+references and reports them to Dagster, so a slow upload never delays an agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+
+from synth_pipelines.contracts.interaction import Interaction
+from synth_pipelines.evidence.publisher import EvidencePublisher, PublishedChunk
+from synth_pipelines.evidence.spool import Spool
+
+log = logging.getLogger("synth.proxy.capture")
+
+
+def report_to_dagster(chunk: PublishedChunk) -> None:
+    """A runless materialization of `captured_interactions[batch]`, for lineage."""
+    if chunk.batch is None:
+        return
+    import dagster as dg
+
+    from synth_pipelines.cli.dagster_link import dagster_instance
+
+    instance = dagster_instance()
+    if not instance.has_dynamic_partition("batches", chunk.batch):
+        log.warning("batch partition %s does not exist; not reporting %s", chunk.batch, chunk.key)
+        return
+    instance.report_runless_asset_event(
+        dg.AssetMaterialization(
+            asset_key="captured_interactions",
+            partition=chunk.batch,
+            metadata={
+                "chunk": chunk.key,
+                "sha256": chunk.sha256,
+                "bytes": chunk.size,
+                "calls": chunk.calls,
+                "attempt": chunk.attempt_id,
+            },
+        )
+    )
+
+
+class CaptureSink:
+    def __init__(self, spool: Spool, publisher: EvidencePublisher, interval_sec: float = 1.0):
+        self.spool = spool
+        self.publisher = publisher
+        self.interval_sec = interval_sec
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="evidence-publisher", daemon=True)
+        self.published_chunks = 0
+        self.published_calls = 0
+        self.failures = 0
+
+    async def stage(self, interaction: Interaction) -> None:
+        # No wake-up here: calls accumulate for one interval, so a chunk holds many calls.
+        await asyncio.to_thread(self.spool.stage, interaction)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _publish_once(self) -> list[PublishedChunk]:
+        chunks = self.publisher.publish_pending()
+        self.published_chunks += len(chunks)
+        self.published_calls += sum(chunk.calls for chunk in chunks)
+        return chunks
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.wait(self.interval_sec)
+            self._wake.clear()
+            try:
+                self._publish_once()
+            except Exception:
+                self.failures += 1
+                log.exception("publishing evidence failed; staged calls stay in the spool")
+
+    async def flush(self) -> list[PublishedChunk]:
+        """Publish everything staged now (the caller waits; agents never do)."""
+        return await asyncio.to_thread(self._publish_once)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)

@@ -1,0 +1,69 @@
+"""Sampling through the tinker SDK: the local model service or the Tinker cloud."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import tinker
+
+from proxy.errors import ProxyError
+from proxy.model_registry import TinkerRoute
+
+
+@dataclass(frozen=True)
+class Sample:
+    tokens: list[int]
+    logprobs: list[float]
+    stop_reason: str
+    sampler: str
+
+
+class TinkerSampler:
+    """One ServiceClient; one SamplingClient per route, created on first use."""
+
+    def __init__(self, base_url: str | None, api_key: str | None):
+        self._service = tinker.ServiceClient(base_url=base_url, api_key=api_key)
+        self._clients: dict[TinkerRoute, tinker.SamplingClient] = {}
+        self._lock = asyncio.Lock()
+
+    async def _client(self, route: TinkerRoute) -> tinker.SamplingClient:
+        async with self._lock:
+            client = self._clients.get(route)
+            if client is None:
+                client = await self._service.create_sampling_client(
+                    base_model=route.base_model, model_path=route.model_path
+                )
+                self._clients[route] = client
+            return client
+
+    async def sample(
+        self, route: TinkerRoute, prompt_tokens: list[int], params: tinker.SamplingParams
+    ) -> Sample:
+        try:
+            client = await self._client(route)
+            response = await client.sample(
+                prompt=tinker.ModelInput.from_ints(prompt_tokens),
+                num_samples=1,
+                sampling_params=params,
+            )
+        except tinker.RequestFailedError as error:
+            raise ProxyError(
+                "api_error", f"the model backend refused the request: {error}"
+            ) from None
+        except (tinker.APIError, OSError) as error:
+            raise ProxyError("api_error", f"the model backend failed: {error}") from None
+        (sequence,) = response.sequences
+        if sequence.logprobs is None or len(sequence.logprobs) != len(sequence.tokens):
+            raise ProxyError(
+                "api_error", "the model backend returned sampled tokens without aligned logprobs"
+            )
+        return Sample(
+            tokens=list(sequence.tokens),
+            logprobs=list(sequence.logprobs),
+            stop_reason=sequence.stop_reason,
+            sampler=route.model_path or route.base_model or "",
+        )
+
+    def close(self) -> None:
+        self._service.close("success")

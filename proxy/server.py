@@ -1,0 +1,43 @@
+"""Serving the proxy: configuration from the platform settings, uvicorn in front."""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import urlparse
+
+import uvicorn
+
+from proxy.app import ProxyConfig, create_app
+from proxy.model_registry import ModelRegistry
+from synth_pipelines.config import Settings
+
+
+def proxy_config(config: Settings, *, workers: int = 2) -> ProxyConfig:
+    registry = (
+        ModelRegistry.from_json_file(config.model_registry)
+        if config.model_registry
+        else ModelRegistry()
+    )
+    return ProxyConfig(
+        state_dir=config.state_dir,
+        signing_key_path=config.signing_key_path,
+        database_url=config.control_database_url,
+        objects_url=config.objects_url,
+        s3_endpoint_url=config.s3_endpoint_url,
+        model_service_url=os.environ.get("TINKER_BASE_URL") or config.model_service_url,
+        model_service_key=os.environ.get("TINKER_API_KEY") or "tml-synth-local",
+        registry=registry,
+        workers=workers,
+        publish_interval_sec=config.proxy_publish_interval_sec,
+    )
+
+
+def serve(config: Settings, *, workers: int = 2) -> None:
+    address = urlparse(config.proxy_url)
+    uvicorn.run(
+        create_app(proxy_config(config, workers=workers)),
+        host=address.hostname or "127.0.0.1",
+        port=address.port or 8200,
+        log_level="warning",
+        timeout_graceful_shutdown=5,
+    )

@@ -1,0 +1,49 @@
+"""`synth proxy serve|token`: the capture proxy and its scoped credentials."""
+
+from __future__ import annotations
+
+import typer
+
+from synth_pipelines.cli.output import JSON_OPTION, console, emit
+from synth_pipelines.config import settings
+
+proxy_app = typer.Typer(help="The capture proxy and its scoped tokens.", no_args_is_help=True)
+
+
+@proxy_app.command("serve")
+def serve(
+    workers: int = typer.Option(
+        2, "--workers", min=0, help="Render worker processes (0: in process)."
+    ),
+) -> None:
+    """Serve Anthropic Messages on SYNTH_PROXY_URL until interrupted."""
+    from proxy.server import serve as run
+
+    run(settings(), workers=workers)
+
+
+@proxy_app.command("token")
+def token(
+    run: str = typer.Option(..., "--run", help="Run the token is bound to."),
+    attempt: str = typer.Option(..., "--attempt", help="Attempt the token is bound to."),
+    model: str = typer.Option(..., "--model", help="The only model the token may sample."),
+    ttl: int = typer.Option(3600, "--ttl", min=1, help="Seconds until it expires."),
+    role: str = typer.Option("actor", "--role", help="actor, judge, interactive or operator."),
+    batch: str | None = typer.Option(None, "--batch", help="Batch partition, if any."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Mint a scoped model-access token (for operators and tests)."""
+    from proxy.credentials import load_signing_key, mint_token
+
+    config = settings()
+    value = mint_token(
+        load_signing_key(config.signing_key_path),
+        run_id=run,
+        attempt_id=attempt,
+        owner=config.owner,
+        model=model,
+        ttl_sec=ttl,
+        role=role,
+        batch=batch,
+    )
+    emit({"token": value, "expires_in": ttl}, as_json, lambda: console.print(value, soft_wrap=True))

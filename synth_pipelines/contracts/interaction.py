@@ -1,0 +1,47 @@
+"""One captured model call: exactly what the model saw and sampled, and who called.
+
+Prompt tokens, sampled tokens and sampler logprobs come from the same prepared prompt
+and sampled output the response was built from; they are never re-tokenized.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from synth_pipelines.contracts.table import TableRow
+
+
+class Interaction(TableRow):
+    call_id: str
+    run_id: str
+    batch: str | None
+    attempt_id: str
+    owner: str
+    role: str
+    agent_id: str
+    parent_agent_id: str | None
+    agent_type: str | None
+    native_session_id: str | None
+    call_index: int
+    model: str
+    sampler: str
+    prompt_tokens: list[int]
+    completion_tokens: list[int]
+    logprobs: list[float]
+    sampler_stop_reason: str
+    stop_reason: str
+    parse_error: bool
+    fitted: bool
+    request_json: str
+    effective_request_json: str | None
+    response_json: str
+    render_ms: float
+    sample_ms: float
+    parse_ms: float
+    total_ms: float
+    created_at: datetime
+
+    @property
+    def aligned(self) -> bool:
+        """Every sampled token has exactly one sampler logprob."""
+        return len(self.completion_tokens) == len(self.logprobs) > 0

@@ -1,0 +1,20 @@
+"""Scoped model-access tokens: what one attempt (or one operator session) may sample."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class TokenClaims(BaseModel):
+    """The authority a token carries. A sandbox only ever sees its own attempt's token."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    run_id: str
+    attempt_id: str
+    owner: str
+    model: str
+    role: str = Field(default="actor", pattern="^(actor|judge|interactive|operator)$")
+    batch: str | None = None
+    expires_at: int = Field(description="Unix seconds")
+    token_id: str

@@ -1,0 +1,52 @@
+"""Reading published evidence back: every chunk's bytes verified before a row is used."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from sqlalchemy import Engine, select
+
+from synth_pipelines.contracts.interaction import Interaction
+from synth_pipelines.contracts.table import SchemaMismatchError, parquet_to_table
+from synth_pipelines.control.schema import evidence_chunks
+from synth_pipelines.storage.objectstore import (
+    ObjectIntegrityError,
+    ObjectMissingError,
+    ObjectStore,
+)
+
+
+@dataclass
+class AttemptEvidence:
+    """The committed calls of each attempt, and why an attempt's evidence is unusable."""
+
+    calls: dict[str, list[Interaction]] = field(default_factory=lambda: defaultdict(list))
+    problems: dict[str, str] = field(default_factory=dict)
+    chunks: int = 0
+    bytes: int = 0
+
+
+def read_attempt_evidence(
+    engine: Engine, store: ObjectStore, attempt_ids: list[str]
+) -> AttemptEvidence:
+    evidence = AttemptEvidence()
+    if not attempt_ids:
+        return evidence
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(evidence_chunks).where(evidence_chunks.c.attempt_id.in_(attempt_ids))
+        ).all()
+    for row in rows:
+        try:
+            data = store.get(row.chunk_key, expected_sha256=row.sha256)
+            calls = Interaction.from_table(parquet_to_table(data))
+        except (ObjectIntegrityError, ObjectMissingError, SchemaMismatchError) as error:
+            evidence.problems[row.attempt_id] = f"evidence chunk {row.chunk_key}: {error}"
+            continue
+        evidence.chunks += 1
+        evidence.bytes += row.size
+        evidence.calls[row.attempt_id].extend(calls)
+    for calls in evidence.calls.values():
+        calls.sort(key=lambda c: (c.created_at, c.call_id))
+    return evidence

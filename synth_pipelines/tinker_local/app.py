@@ -1,0 +1,81 @@
+"""The FastAPI application of the local Tinker-compatible model service."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import torch
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from synth_pipelines.config import settings
+from synth_pipelines.storage.objectstore import open_object_store
+from synth_pipelines.tinker_local.api import health_router, router
+from synth_pipelines.tinker_local.backbone import load_backbone
+from synth_pipelines.tinker_local.checkpoints import CheckpointStore
+from synth_pipelines.tinker_local.errors import MissingCredentialsError, NotFoundError, UserError
+from synth_pipelines.tinker_local.names import QWEN3_TINY
+from synth_pipelines.tinker_local.scripted import Script, script_router
+from synth_pipelines.tinker_local.service import ModelService
+
+
+def create_app(
+    base_model: str = QWEN3_TINY,
+    *,
+    scripted: bool = False,
+    object_store_url: str | None = None,
+    device: str | None = None,
+) -> FastAPI:
+    """The service for one base model, checkpoints in the project's object store.
+
+    `scripted=True` is the only way to get scripted sampling (tests of other parts);
+    `object_store_url` defaults to the project settings' object store.
+    """
+    backbone = load_backbone(base_model, torch.device(device) if device else None)
+    project = settings()
+    store = open_object_store(
+        object_store_url or project.objects_url, endpoint_url=project.s3_endpoint_url
+    )
+    script = Script() if scripted else None
+    service = ModelService(backbone, CheckpointStore(store), script)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        service.start()
+        try:
+            yield
+        finally:
+            service.stop()
+
+    app = FastAPI(title="synth local Tinker service", lifespan=lifespan)
+    app.state.model_service = service
+    app.include_router(health_router)
+    app.include_router(router)
+    if script is not None:
+        app.include_router(script_router(script))
+    app.add_exception_handler(UserError, _user_error)
+    app.add_exception_handler(RequestValidationError, _invalid_request)
+    return app
+
+
+async def _user_error(request: Request, error: Exception) -> JSONResponse:
+    status = 400
+    if isinstance(error, NotFoundError):
+        status = 404
+    elif isinstance(error, MissingCredentialsError):
+        status = 401
+    return JSONResponse({"error": str(error), "category": "user"}, status_code=status)
+
+
+async def _invalid_request(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, RequestValidationError)
+    problems = "; ".join(
+        f"{'.'.join(str(part) for part in problem['loc'])}: {problem['msg']}"
+        for problem in error.errors()
+    )
+    return JSONResponse(
+        {"error": f"invalid request to {request.url.path}: {problems}", "category": "user"},
+        status_code=400,
+    )

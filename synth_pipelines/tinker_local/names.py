@@ -1,0 +1,3 @@
+"""Names of the base models the service offers, importable without loading torch."""
+
+QWEN3_TINY = "synth/qwen3-tiny"

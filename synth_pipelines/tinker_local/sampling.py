@@ -1,0 +1,375 @@
+"""Autoregressive sampling over the backbone with an attached adapter.
+
+Requests that share weights are decoded together: each prompt is prefilled on its
+own (no padding, so its keys and values are exactly those of a full forward), then
+the caches are left-padded into one batch and every sample is decoded in lockstep;
+finished rows leave the batch. The logprob reported for a sampled token is the
+model's own fp32 log-probability of it (temperature 1, before top-k/top-p), which is
+what a forward pass over the same tokens computes, so on-policy importance ratios are 1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import torch
+from torch.nn import functional
+from transformers import DynamicCache
+
+from synth_pipelines.tinker_local.backbone import Backbone
+from synth_pipelines.tinker_local.token_logprobs import (
+    chunk_rows,
+    next_token_logprobs,
+    token_logprobs,
+)
+
+StopReason = Literal["stop", "length"]
+EMPTY_TOPK_LOGPROB = -99999.0
+
+
+@dataclass(frozen=True)
+class DecodeParams:
+    max_tokens: int
+    temperature: float = 1.0
+    top_k: int = -1
+    top_p: float = 1.0
+    stop_token_ids: frozenset[int] = frozenset()
+    stop_strings: tuple[str, ...] = ()
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class PromptScoring:
+    """Which prompt positions get logprobs: all after the first, or only the last `last_n`."""
+
+    last_n: int | None = None
+    topk: int = 0
+
+
+@dataclass(frozen=True)
+class ForcedCompletion:
+    """A completion decided in advance (scripted mode): only its logprobs are computed."""
+
+    tokens: tuple[int, ...]
+    stop_reason: StopReason
+
+
+@dataclass(frozen=True)
+class SampleJob:
+    prompt: tuple[int, ...]
+    num_samples: int
+    params: DecodeParams
+    scoring: PromptScoring | None = None
+    topk_sample: int = 0
+    forced: tuple[ForcedCompletion, ...] | None = None
+
+
+@dataclass(frozen=True)
+class TopkRows:
+    token_ids: np.ndarray
+    logprobs: np.ndarray
+
+
+@dataclass(frozen=True)
+class SampledSequence:
+    tokens: list[int]
+    logprobs: list[float]
+    stop_reason: StopReason
+    topk: TopkRows | None = None
+
+
+@dataclass(frozen=True)
+class SampleOutput:
+    sequences: list[SampledSequence]
+    prompt_logprobs: np.ndarray | None = None
+    prompt_topk: TopkRows | None = None
+
+
+@dataclass
+class _Prefill:
+    cache: DynamicCache
+    next_logprobs: torch.Tensor
+    prompt_logprobs: np.ndarray | None
+    prompt_topk: TopkRows | None
+
+
+@dataclass
+class _Row:
+    job: int
+    prompt_length: int
+    params: DecodeParams
+    generator: torch.Generator
+    topk: int
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    topk_ids: list[np.ndarray] = field(default_factory=list)
+    topk_logprobs: list[np.ndarray] = field(default_factory=list)
+    stop_reason: StopReason | None = None
+
+    def sequence(self) -> SampledSequence:
+        topk = None
+        if self.topk:
+            topk = TopkRows(np.stack(self.topk_ids), np.stack(self.topk_logprobs))
+        return SampledSequence(self.tokens, self.logprobs, self.stop_reason or "length", topk)
+
+
+class Sampler:
+    """Runs sample jobs on a backbone whose adapter the caller has attached."""
+
+    def __init__(self, backbone: Backbone):
+        self.backbone = backbone
+        self.decoder = backbone.network.get_decoder()
+        self.head = backbone.network.get_output_embeddings()
+
+    @torch.inference_mode()
+    def run(self, jobs: Sequence[SampleJob]) -> list[SampleOutput]:
+        free = [job for job in jobs if job.forced is None]
+        decoded = iter(self._decode(free) if free else [])
+        return [
+            self._score_forced(job) if job.forced is not None else next(decoded) for job in jobs
+        ]
+
+    def _decode(self, jobs: list[SampleJob]) -> list[SampleOutput]:
+        prefills = [self._prefill(job) for job in jobs]
+        rows = [
+            _Row(
+                job=index,
+                prompt_length=len(job.prompt),
+                params=job.params,
+                generator=torch.Generator().manual_seed(_row_seed(job.params.seed, sample)),
+                topk=job.topk_sample,
+            )
+            for index, job in enumerate(jobs)
+            for sample in range(job.num_samples)
+        ]
+        cache, mask = self._batch_cache(jobs, prefills)
+        logprobs = torch.stack([prefills[row.job].next_logprobs for row in rows])
+        active = list(range(len(rows)))
+        while True:
+            chosen = choose_tokens(logprobs, [rows[i] for i in active])
+            still = self._record(rows, active, chosen, logprobs)
+            if not still:
+                break
+            if len(still) < len(active):
+                keep = torch.tensor([active.index(i) for i in still], device=self.backbone.device)
+                cache.batch_select_indices(keep)
+                chosen = chosen[keep]
+                mask = mask[keep] if mask is not None else None
+                active = still
+            if mask is not None:
+                mask = functional.pad(mask, (0, 1), value=1)
+            positions = torch.tensor(
+                [[rows[i].prompt_length + len(rows[i].tokens) - 1] for i in active],
+                device=self.backbone.device,
+            )
+            hidden = self.decoder(
+                input_ids=chosen[:, None],
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+            ).last_hidden_state
+            logprobs = next_token_logprobs(self.head, hidden[:, -1])
+        outputs = []
+        for index, prefill in enumerate(prefills):
+            outputs.append(
+                SampleOutput(
+                    [row.sequence() for row in rows if row.job == index],
+                    prefill.prompt_logprobs,
+                    prefill.prompt_topk,
+                )
+            )
+        return outputs
+
+    def _record(
+        self, rows: list[_Row], active: list[int], chosen: torch.Tensor, logprobs: torch.Tensor
+    ) -> list[int]:
+        """Append each row's token; return the rows that go on decoding."""
+        picked = logprobs.gather(1, chosen[:, None]).squeeze(1).tolist()
+        topk_width = max(rows[i].topk for i in active)
+        top = logprobs.topk(topk_width, dim=-1) if topk_width else None
+        still = []
+        for position, (index, token) in enumerate(zip(active, chosen.tolist(), strict=True)):
+            row = rows[index]
+            row.tokens.append(token)
+            row.logprobs.append(picked[position])
+            if top is not None and row.topk:
+                row.topk_ids.append(top.indices[position, : row.topk].cpu().numpy())
+                row.topk_logprobs.append(top.values[position, : row.topk].cpu().numpy())
+            row.stop_reason = self._stop_reason(row)
+            if row.stop_reason is None:
+                still.append(index)
+        return still
+
+    def _stop_reason(self, row: _Row) -> StopReason | None:
+        params = row.params
+        if row.tokens[-1] in params.stop_token_ids:
+            return "stop"
+        if params.stop_strings and self._ends_in_stop_string(row.tokens, params.stop_strings):
+            return "stop"
+        if len(row.tokens) >= params.max_tokens:
+            return "length"
+        return None
+
+    def _ends_in_stop_string(self, tokens: list[int], stops: tuple[str, ...]) -> bool:
+        # A stop string cannot have been completed before the newest token, or decoding
+        # would have stopped then; a tail wide enough to hold the longest one suffices.
+        window = 4 * max(len(stop) for stop in stops) + 4
+        tail = self.backbone.tokenizer.decode(tokens[-window:], skip_special_tokens=False)
+        return any(stop in tail for stop in stops)
+
+    def _prefill(self, job: SampleJob) -> _Prefill:
+        prompt = torch.tensor(job.prompt, device=self.backbone.device)
+        cache = DynamicCache(config=self.backbone.network.config)
+        hidden = self.decoder(
+            input_ids=prompt[None], past_key_values=cache, use_cache=True
+        ).last_hidden_state[0]
+        next_logprobs = next_token_logprobs(self.head, hidden[-1:])[0]
+        if job.scoring is None:
+            return _Prefill(cache, next_logprobs, None, None)
+        prompt_logprobs, prompt_topk = self._score_prompt(prompt, hidden, job.scoring)
+        return _Prefill(cache, next_logprobs, prompt_logprobs, prompt_topk)
+
+    def _score_prompt(
+        self, prompt: torch.Tensor, hidden: torch.Tensor, scoring: PromptScoring
+    ) -> tuple[np.ndarray, TopkRows | None]:
+        length = prompt.shape[0]
+        first = 1 if scoring.last_n is None else length - scoring.last_n
+        values = np.full(length, np.nan, dtype=np.float32)
+        top_ids = np.zeros((length, scoring.topk), dtype=np.int32)
+        top_values = np.full((length, scoring.topk), EMPTY_TOPK_LOGPROB, dtype=np.float32)
+        step = chunk_rows(self.backbone.vocab_size, self.backbone.device)
+        for start in range(first, length, step):
+            stop = min(start + step, length)
+            logprobs = next_token_logprobs(self.head, hidden[start - 1 : stop - 1])
+            wanted = logprobs.gather(1, prompt[start:stop, None]).squeeze(1)
+            values[start:stop] = wanted.cpu().numpy()
+            if scoring.topk:
+                top = logprobs.topk(scoring.topk, dim=-1)
+                top_ids[start:stop] = top.indices.cpu().numpy()
+                top_values[start:stop] = top.values.cpu().numpy()
+        return values, TopkRows(top_ids, top_values) if scoring.topk else None
+
+    def _batch_cache(
+        self, jobs: list[SampleJob], prefills: list[_Prefill]
+    ) -> tuple[DynamicCache, torch.Tensor | None]:
+        """One cache for all samples: prompts left-padded to the longest, repeated per sample."""
+        if len(jobs) == 1:
+            cache = prefills[0].cache
+            if jobs[0].num_samples > 1:
+                cache.batch_repeat_interleave(jobs[0].num_samples)
+            return cache, None
+        width = max(len(job.prompt) for job in jobs)
+        cache = DynamicCache(config=self.backbone.network.config)
+        for layer in range(len(prefills[0].cache.layers)):
+            keys, values = [], []
+            for job, prefill in zip(jobs, prefills, strict=True):
+                stored = prefill.cache.layers[layer]
+                pad = (0, 0, width - len(job.prompt), 0)
+                keys.append(functional.pad(stored.keys, pad).repeat_interleave(job.num_samples, 0))
+                values.append(
+                    functional.pad(stored.values, pad).repeat_interleave(job.num_samples, 0)
+                )
+            cache.update(torch.cat(keys), torch.cat(values), layer)
+        if all(len(job.prompt) == width for job in jobs):
+            return cache, None
+        mask = torch.cat(
+            [
+                torch.cat(
+                    [
+                        torch.zeros(job.num_samples, width - len(job.prompt), dtype=torch.long),
+                        torch.ones(job.num_samples, len(job.prompt), dtype=torch.long),
+                    ],
+                    dim=1,
+                )
+                for job in jobs
+            ]
+        ).to(self.backbone.device)
+        return cache, mask
+
+    def _score_forced(self, job: SampleJob) -> SampleOutput:
+        assert job.forced is not None
+        prompt_length = len(job.prompt)
+        sequences, prompt_logprobs, prompt_topk = [], None, None
+        for completion in job.forced:
+            tokens = torch.tensor(job.prompt + completion.tokens, device=self.backbone.device)
+            hidden = self.decoder(input_ids=tokens[None]).last_hidden_state[0]
+            completion_hidden = hidden[prompt_length - 1 : -1]
+            targets = tokens[prompt_length:]
+            logprobs = token_logprobs(
+                completion_hidden, self.head, targets, self.backbone.vocab_size
+            )
+            topk = None
+            if job.topk_sample:
+                top = next_token_logprobs(self.head, completion_hidden).topk(job.topk_sample, -1)
+                topk = TopkRows(top.indices.cpu().numpy(), top.values.cpu().numpy())
+            sequences.append(
+                SampledSequence(
+                    list(completion.tokens), logprobs.tolist(), completion.stop_reason, topk
+                )
+            )
+            if job.scoring is not None and prompt_logprobs is None:
+                prompt_logprobs, prompt_topk = self._score_prompt(
+                    tokens[:prompt_length], hidden[:prompt_length], job.scoring
+                )
+        return SampleOutput(sequences, prompt_logprobs, prompt_topk)
+
+
+def choose_tokens(logprobs: torch.Tensor, rows: Sequence[_Row]) -> torch.Tensor:
+    """One token per row: greedy at temperature 0, else top-k/top-p sampling at its temperature.
+
+    Each row draws its uniform from its own generator, so a seeded request samples the
+    same tokens whatever else shares its batch. Work over the vocabulary that no row
+    needs (rescaling at temperature 1, truncation, argmax) is skipped.
+    """
+    device = logprobs.device
+    temperatures = [row.params.temperature for row in rows]
+    if all(t <= 0 for t in temperatures):
+        return logprobs.argmax(-1)
+    if all(t == 1 for t in temperatures):
+        probs = logprobs.exp()
+    else:
+        temperature = torch.tensor(temperatures, device=device).clamp_min(1e-6)
+        probs = (logprobs / temperature[:, None]).softmax(-1)
+    top_k = [row.params.top_k for row in rows]
+    if any(k > 0 for k in top_k):
+        probs = _keep_top_k(probs, torch.tensor(top_k, device=device))
+    top_p = [row.params.top_p for row in rows]
+    if any(p < 1 for p in top_p):
+        probs = _keep_top_p(probs, torch.tensor(top_p, device=device))
+    uniform = torch.stack([torch.rand((), generator=row.generator) for row in rows]).to(device)
+    cdf = probs.cumsum(-1)
+    drawn = torch.searchsorted(cdf, (uniform * cdf[:, -1])[:, None], right=True).squeeze(1)
+    drawn = drawn.clamp_max(probs.shape[-1] - 1)
+    if any(t <= 0 for t in temperatures):
+        greedy = torch.tensor([t <= 0 for t in temperatures], device=device)
+        drawn = torch.where(greedy, logprobs.argmax(-1), drawn)
+    return drawn
+
+
+def _keep_top_k(probs: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
+    """Zero all but each row's k most likely tokens (rows with k <= 0 keep everything)."""
+    limited = top_k > 0
+    width = int(top_k[limited].max().clamp_max(probs.shape[-1]))
+    kth = probs.topk(width, dim=-1).values.gather(1, (top_k.clamp(1, width) - 1)[:, None])
+    return probs.masked_fill(limited[:, None] & (probs < kth), 0.0)
+
+
+def _keep_top_p(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Zero the tail outside each row's nucleus: the most likely tokens whose mass reaches p."""
+    ordered, order = probs.sort(dim=-1, descending=True)
+    mass_before = ordered.cumsum(-1) - ordered
+    outside = mass_before > top_p[:, None] * ordered.sum(-1, keepdim=True)
+    return torch.zeros_like(probs).scatter(1, order, ordered.masked_fill(outside, 0.0))
+
+
+def _row_seed(seed: int | None, sample: int) -> int:
+    if seed is None:
+        return secrets.randbits(63)
+    digest = hashlib.blake2b(f"{seed}:{sample}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & ((1 << 63) - 1)

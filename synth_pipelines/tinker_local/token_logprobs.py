@@ -1,0 +1,48 @@
+"""Log-probabilities of target tokens, without holding a (tokens x vocabulary) tensor at once.
+
+With Qwen3's 151,669-token vocabulary a few thousand positions of fp32 logits take
+gigabytes, so long batches are scored in row chunks; when a backward pass follows,
+each chunk's logits are recomputed in the backward instead of kept.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+LOGIT_CHUNK_BYTES = 1 << 30
+CUDA_LOGIT_CHUNK_BYTES = 8 << 30
+
+
+def chunk_rows(vocab_size: int, device: torch.device) -> int:
+    budget = CUDA_LOGIT_CHUNK_BYTES if device.type == "cuda" else LOGIT_CHUNK_BYTES
+    return max(1, budget // (4 * vocab_size))
+
+
+def token_logprobs(
+    hidden: torch.Tensor, head: nn.Module, targets: torch.Tensor, vocab_size: int
+) -> torch.Tensor:
+    """`log p(targets[i] | hidden[i])` in fp32, for hidden (N, H) and targets (N,)."""
+    rows = chunk_rows(vocab_size, hidden.device)
+    if hidden.shape[0] <= rows:
+        return _chunk_logprobs(head, hidden, targets)
+    recompute = torch.is_grad_enabled() and hidden.requires_grad
+    parts = []
+    for start in range(0, hidden.shape[0], rows):
+        piece, wanted = hidden[start : start + rows], targets[start : start + rows]
+        if recompute:
+            parts.append(checkpoint(_chunk_logprobs, head, piece, wanted, use_reentrant=False))
+        else:
+            parts.append(_chunk_logprobs(head, piece, wanted))
+    return torch.cat(parts)
+
+
+def _chunk_logprobs(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    logits = head(hidden).float()
+    return logits.log_softmax(-1).gather(-1, targets[:, None]).squeeze(-1)
+
+
+def next_token_logprobs(head: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """The full fp32 next-token distribution (as log-probabilities) for each row of hidden."""
+    return head(hidden).float().log_softmax(-1)

@@ -1,0 +1,93 @@
+"""Real services for tests: the local model service and the capture proxy on free ports."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from proxy.app import ProxyConfig, create_app
+from proxy.credentials import load_signing_key, mint_token
+from synth_pipelines.config import settings
+from synth_pipelines.tinker_local.app import create_app as create_model_service
+from synth_pipelines.tinker_local.server import serving
+
+MODEL = "synth/qwen3-tiny"
+
+
+@contextmanager
+def model_service(*, scripted: bool = True) -> Iterator[str]:
+    os.environ.setdefault("TINKER_TELEMETRY", "0")
+    with serving(create_model_service(MODEL, scripted=scripted)) as url:
+        yield url
+
+
+def set_script(model_url: str, entries: list[dict]) -> None:
+    httpx.put(f"{model_url}/scripted/v1/script", json={"entries": entries}).raise_for_status()
+
+
+@dataclass(frozen=True)
+class Proxy:
+    url: str
+    config: ProxyConfig
+
+    def token(
+        self,
+        *,
+        run: str = "r-test",
+        attempt: str = "a-test",
+        model: str = MODEL,
+        role: str = "actor",
+        batch: str | None = None,
+        ttl: int = 600,
+    ) -> str:
+        return mint_token(
+            load_signing_key(self.config.signing_key_path),
+            run_id=run,
+            attempt_id=attempt,
+            owner=settings().owner,
+            model=model,
+            ttl_sec=ttl,
+            role=role,
+            batch=batch,
+        )
+
+    def flush(self) -> dict:
+        response = httpx.post(
+            f"{self.url}/internal/evidence/flush",
+            json={},
+            headers={"x-api-key": self.token(role="operator")},
+            timeout=60,
+        )
+        response.raise_for_status()
+        return response.json()
+
+
+@contextmanager
+def capture_proxy(model_url: str, *, workers: int = 1) -> Iterator[Proxy]:
+    config = settings()
+    proxy_config = ProxyConfig(
+        state_dir=config.state_dir,
+        signing_key_path=config.signing_key_path,
+        database_url=config.control_database_url,
+        objects_url=config.objects_url,
+        model_service_url=model_url,
+        model_service_key="tml-test",
+        workers=workers,
+        report_to_dagster=False,
+        publish_interval_sec=0.2,
+    )
+    with serving(create_app(proxy_config)) as url:
+        yield Proxy(url, proxy_config)
+
+
+def claude_code() -> Path:
+    path = settings().claude_code
+    if not path.exists():
+        pytest.fail(f"Claude Code is not installed at {path}; run `make setup`")
+    return path

@@ -1,0 +1,186 @@
+"""The real Claude Code CLI as the reference client of the capture proxy.
+
+Claude Code (installed by the setup, offline, non-essential traffic disabled) runs in print
+mode against the proxy with a scoped token; the local model service in scripted mode
+answers with a Bash tool call in Qwen3's native syntax, then a final answer. The tool call
+must be parsed, executed by Claude Code, its result sent back, and every captured row must
+equal what the sampler produced.
+"""
+
+import json
+import os
+import subprocess
+
+import httpx
+import pytest
+import tinker
+from fastapi import FastAPI, Request
+from fastapi.responses import Response, StreamingResponse
+
+from synth_pipelines.config import settings
+from synth_pipelines.contracts.interaction import Interaction
+from synth_pipelines.control.database import control_engine
+from synth_pipelines.evidence.reader import read_attempt_evidence
+from synth_pipelines.storage.objectstore import open_object_store
+from synth_pipelines.tinker_local.server import serving
+from tests.live_services import MODEL, capture_proxy, claude_code, model_service, set_script
+
+TOOL_CALL = (
+    "<think>\nThe user wants a file; I will use Bash.\n</think>\n\n"
+    "Creating it now.\n<tool_call>\n"
+    '{"name": "Bash", "arguments": {"command": "echo hi > made-by-claude.txt", '
+    '"description": "write the file"}}\n</tool_call>'
+)
+FINAL = "<think>\nThe command ran.\n</think>\n\nDone: the file holds hi."
+
+
+def _run_claude(proxy_url: str, token: str, workdir, *, extra_env=None, bare: bool = False):
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(workdir / "home"),
+        "ANTHROPIC_BASE_URL": proxy_url,
+        "ANTHROPIC_AUTH_TOKEN": token,
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        "CLAUDE_CODE_MAX_CONTEXT_TOKENS": "32768",
+        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "4096",
+        **(extra_env or {}),
+    }
+    (workdir / "home").mkdir(exist_ok=True)
+    args = [
+        str(claude_code()),
+        "-p",
+        "Create made-by-claude.txt containing hi.",
+        "--model",
+        MODEL,
+        "--allowedTools",
+        "Bash",
+        "--output-format",
+        "json",
+    ]
+    if bare:
+        args += ["--bare", "--system-prompt", "You are terse.", "--tools", "Bash"]
+    return subprocess.run(args, cwd=workdir, env=env, capture_output=True, text=True, timeout=240)
+
+
+def _check_capture(proxy, model_url, attempt: str) -> list[Interaction]:
+    proxy.flush()
+    evidence = read_attempt_evidence(
+        control_engine(), open_object_store(settings().objects_url), [attempt]
+    )
+    assert evidence.problems == {}
+    calls = evidence.calls[attempt]
+    # Scoring a prompt is a one-token sample, which a scripted service answers from its script.
+    set_script(model_url, [{"completion": "x", "repeat": True, "end_turn": False}])
+    sampler = (
+        tinker.ServiceClient(base_url=model_url, api_key="tml-test")
+        .create_sampling_client(base_model=MODEL)
+        .result()
+    )
+    for call in calls:
+        assert call.run_id == "r-claude" and call.attempt_id == attempt
+        assert call.agent_id == "main" and call.native_session_id
+        assert call.aligned
+        # The recorded logprobs are the sampler's own for exactly these tokens.
+        scored = sampler.compute_logprobs(
+            tinker.ModelInput.from_ints(call.prompt_tokens + call.completion_tokens)
+        ).result()
+        recomputed = scored[len(call.prompt_tokens) :]
+        assert max(abs(a - b) for a, b in zip(recomputed, call.logprobs, strict=True)) < 1e-4
+    return calls
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bare", [False, True], ids=["default-request", "bare"])
+def test_claude_code_tool_round_trip_through_the_proxy(state, tmp_path, bare):
+    with model_service() as model_url, capture_proxy(model_url) as proxy:
+        set_script(
+            model_url,
+            [
+                {"match": "<tool_response>", "completion": FINAL},
+                {"completion": TOOL_CALL},
+            ],
+        )
+        attempt = f"a-claude-{'bare' if bare else 'default'}"
+        result = _run_claude(
+            proxy.url, proxy.token(run="r-claude", attempt=attempt), tmp_path, bare=bare
+        )
+        assert result.returncode == 0, result.stderr
+        assert (tmp_path / "made-by-claude.txt").read_text() == "hi\n"
+        output = json.loads(result.stdout)
+        assert "Done: the file holds hi." in output["result"]
+        calls = _check_capture(proxy, model_url, attempt)
+    assert len(calls) == 2
+    first, second = calls
+    assert first.stop_reason == "tool_use" and second.stop_reason == "end_turn"
+    assert json.loads(first.response_json)["content"][-1]["name"] == "Bash"
+    request = json.loads(second.request_json)
+    assert request["stream"] is True
+    tool_results = [
+        b
+        for m in request["messages"]
+        if isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "tool_result"
+    ]
+    assert len(tool_results) == 1
+    if not bare:
+        assert len(json.loads(first.request_json)["tools"]) >= 10
+        assert len(first.prompt_tokens) > 8000
+
+
+def _stream_breaking_relay(proxy_url: str):
+    """A faulty network in front of the proxy: it truncates the first streamed response.
+
+    Claude Code then re-sends the same request with `stream: false`, which the relay passes
+    through to the proxy untouched.
+    """
+    app = FastAPI()
+    broken: list[bool] = []
+
+    @app.post("/v1/messages")
+    async def relay(request: Request) -> Response:
+        body = await request.body()
+        if json.loads(body).get("stream") and not broken:
+            broken.append(True)
+
+            async def truncated():
+                yield b'event: message_start\ndata: {"type":"message_start","message":{"id":'
+
+            return StreamingResponse(truncated(), media_type="text/event-stream")
+        headers = {
+            k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")
+        }
+        async with httpx.AsyncClient(timeout=120) as client:
+            upstream = await client.post(f"{proxy_url}/v1/messages", content=body, headers=headers)
+        return Response(
+            upstream.content, upstream.status_code, media_type=upstream.headers.get("content-type")
+        )
+
+    return serving(app), broken
+
+
+@pytest.mark.slow
+def test_claude_code_falls_back_to_non_streaming_and_still_succeeds(state, tmp_path):
+    """A stream Claude Code cannot read makes it re-send with stream: false."""
+    with model_service() as model_url, capture_proxy(model_url) as proxy:
+        set_script(
+            model_url,
+            [
+                {"match": "<tool_response>", "completion": FINAL},
+                {"completion": TOOL_CALL},
+            ],
+        )
+        relay, broken = _stream_breaking_relay(proxy.url)
+        with relay as relay_url:
+            result = _run_claude(
+                relay_url, proxy.token(run="r-claude", attempt="a-nonstream"), tmp_path, bare=True
+            )
+        calls = _check_capture(proxy, model_url, "a-nonstream")
+    assert broken == [True]
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "made-by-claude.txt").read_text() == "hi\n"
+    assert json.loads(calls[0].request_json)["stream"] is False
+    assert len(calls) == 2

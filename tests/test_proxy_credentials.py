@@ -1,0 +1,93 @@
+"""Scoped tokens: unknown or expired -> 401, another model -> 403, no provider key exposed."""
+
+import time
+
+import anthropic
+import httpx
+import pytest
+
+from proxy.credentials import (
+    TokenInvalidError,
+    TokenScopeError,
+    check_model,
+    load_signing_key,
+    mint_token,
+    verify_token,
+)
+from tests.live_services import MODEL, capture_proxy, model_service, set_script
+
+
+def test_token_round_trips_its_claims_and_rejects_forgery(tmp_path):
+    key = load_signing_key(tmp_path / "key")
+    token = mint_token(key, run_id="r1", attempt_id="a1", owner="alice", model=MODEL, ttl_sec=60)
+    claims = verify_token(key, token)
+    assert (claims.run_id, claims.attempt_id, claims.owner, claims.model) == (
+        "r1",
+        "a1",
+        "alice",
+        MODEL,
+    )
+    body, signature = token.removeprefix("sk-synth-").split(".")
+    forged = f"sk-synth-{body[:-2]}xx.{signature}"
+    with pytest.raises(TokenInvalidError):
+        verify_token(key, forged)
+    with pytest.raises(TokenInvalidError, match="signature"):
+        verify_token(load_signing_key(tmp_path / "other-key"), token)
+
+
+def test_expired_token_is_refused(tmp_path):
+    key = load_signing_key(tmp_path / "key")
+    token = mint_token(key, run_id="r", attempt_id="a", owner="o", model=MODEL, ttl_sec=1)
+    with pytest.raises(TokenInvalidError, match="expired"):
+        verify_token(key, token, now=time.time() + 5)
+
+
+def test_token_for_one_model_cannot_sample_another(tmp_path):
+    claims = verify_token(
+        key := load_signing_key(tmp_path / "key"),
+        mint_token(key, run_id="r", attempt_id="a", owner="o", model=MODEL, ttl_sec=60),
+    )
+    with pytest.raises(TokenScopeError, match="may sample only model"):
+        check_model(claims, "deepseek-ai/DeepSeek-V3.1")
+
+
+def test_signing_key_file_is_private(tmp_path):
+    load_signing_key(tmp_path / "key")
+    assert (tmp_path / "key").stat().st_mode & 0o077 == 0
+
+
+@pytest.mark.slow
+def test_proxy_answers_401_and_403_in_anthropics_error_shape(state):
+    with model_service() as model_url, capture_proxy(model_url) as proxy:
+        set_script(model_url, [{"completion": "ok", "repeat": True}])
+        body = {"model": MODEL, "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+        missing = httpx.post(f"{proxy.url}/v1/messages", json=body)
+        forged = httpx.post(
+            f"{proxy.url}/v1/messages", json=body, headers={"x-api-key": "sk-ant-xyz"}
+        )
+        expired_token = proxy.token(ttl=1)
+        time.sleep(1.5)
+        expired = httpx.post(
+            f"{proxy.url}/v1/messages", json=body, headers={"x-api-key": expired_token}
+        )
+        other_model = httpx.post(
+            f"{proxy.url}/v1/messages",
+            json={**body, "model": "deepseek-ai/DeepSeek-V3.1"},
+            headers={"x-api-key": proxy.token()},
+        )
+        operator = httpx.post(
+            f"{proxy.url}/v1/messages",
+            json=body,
+            headers={"x-api-key": proxy.token(role="operator")},
+        )
+        bearer = anthropic.Anthropic(base_url=proxy.url, auth_token=proxy.token()).messages.create(
+            model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "hi"}]
+        )
+    for response in (missing, forged, expired):
+        assert response.status_code == 401
+        assert response.json()["error"]["type"] == "authentication_error"
+    assert "expired" in expired.json()["error"]["message"]
+    for response in (other_model, operator):
+        assert response.status_code == 403
+        assert response.json()["error"]["type"] == "permission_error"
+    assert bearer.content[0].text == "ok"
