@@ -13,7 +13,9 @@ mistake comes back as an `ErrorResult`, never as an exception.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import itertools
+import signal
 import time
 import zlib
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
@@ -77,10 +79,28 @@ class _WorkerState:
 
 
 _state: _WorkerState | None = None
+PR_SET_PDEATHSIG = 1
 
 
-def _init_worker(registry_json: str, cache_sessions: int, cache_tokens: int) -> None:
+def _die_with_parent() -> None:
+    """A worker process never outlives the proxy that started it, however that proxy ends.
+
+    Forked workers inherit the server's signal handlers, which would make them ignore a
+    SIGTERM sent to the process group; they get the default back, and Ctrl-C is left to
+    the parent, which shuts the pool down.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _init_worker(
+    registry_json: str, cache_sessions: int, cache_tokens: int, own_process: bool
+) -> None:
     global _state
+    if own_process:
+        _die_with_parent()
     _state = _WorkerState(
         registry=ModelRegistry.from_json(registry_json),
         cache=PrefixCache(max_sessions=cache_sessions, max_tokens=cache_tokens),
@@ -184,11 +204,13 @@ class CpuWorkers:
         self._executors: list[Executor]
         if processes > 0:
             self._executors = [
-                ProcessPoolExecutor(1, initializer=_init_worker, initargs=init)
+                ProcessPoolExecutor(1, initializer=_init_worker, initargs=(*init, True))
                 for _ in range(processes)
             ]
         else:
-            self._executors = [ThreadPoolExecutor(1, initializer=_init_worker, initargs=init)]
+            self._executors = [
+                ThreadPoolExecutor(1, initializer=_init_worker, initargs=(*init, False))
+            ]
         self._next = itertools.cycle(range(len(self._executors)))
 
     def choose(self, scope: CacheScope | None) -> int:

@@ -15,7 +15,7 @@ services_app = typer.Typer()
 
 @services_app.command("up")
 def up(as_json: bool = JSON_OPTION) -> None:
-    """Start the embedded services (Dagster webserver and daemon) unless they run."""
+    """Start the embedded services unless they run: model service, proxy, Dagster daemon and UI."""
     config = settings()
     config.dagster_home.mkdir(parents=True, exist_ok=True)
     rows = []

@@ -1,4 +1,4 @@
-"""The embedded default's services: Dagster webserver and daemon (more join later)."""
+"""The embedded default's services: model service, capture proxy, Dagster daemon and UI."""
 
 from __future__ import annotations
 
@@ -16,9 +16,33 @@ def _bin(name: str) -> str:
 
 def embedded_services(config: Settings) -> list[Service]:
     dagster = urlparse(config.dagster_url)
-    env = {"DAGSTER_HOME": str(config.dagster_home)}
+    model = urlparse(config.model_service_url)
+    env = {"DAGSTER_HOME": str(config.dagster_home), "TINKER_TELEMETRY": "0"}
     workspace = str(config.project_root / "workspace.yaml")
+    synth = _bin("synth")
     return [
+        Service(
+            name="model-service",
+            argv=[
+                synth,
+                "model",
+                "serve",
+                "--host",
+                model.hostname or "127.0.0.1",
+                "--port",
+                str(model.port or 8100),
+            ],
+            health_url=f"{config.model_service_url}/api/v1/healthz",
+            address=config.model_service_url,
+            env=env,
+        ),
+        Service(
+            name="capture-proxy",
+            argv=[synth, "proxy", "serve"],
+            health_url=f"{config.proxy_url}/health",
+            address=config.proxy_url,
+            env={**env, "TINKER_BASE_URL": config.model_service_url},
+        ),
         Service(
             name="dagster-daemon",
             argv=[_bin("dagster-daemon"), "run", "-w", workspace],

@@ -43,15 +43,15 @@ def running_pid(state_dir: Path, service: Service) -> int | None:
     path = _pid_file(state_dir, service.name)
     try:
         pid = int(path.read_text().strip())
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except (FileNotFoundError, ValueError, ProcessLookupError):
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ValueError, ProcessLookupError, IndexError):
         return None
-    expected = service.argv[0].encode()
-    return (
-        pid
-        if any(part.endswith(Path(expected.decode()).name.encode()) for part in cmdline)
-        else None
-    )
+    if state == "Z":
+        return None
+    # The command line is empty for a moment while the process execs, and some servers
+    # rewrite their process title, so look for the program name anywhere in it.
+    return pid if not cmdline or Path(service.argv[0]).name.encode() in cmdline else None
 
 
 def healthy(service: Service) -> bool:
