@@ -16,13 +16,16 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
-def find_project_root(start: Path | None = None) -> Path:
-    """The nearest directory above `start` holding `workspace.yaml`, else `start`."""
-    here = (start or Path.cwd()).resolve()
-    for candidate in (here, *here.parents):
-        if (candidate / "workspace.yaml").is_file() and (candidate / "pyproject.toml").is_file():
-            return candidate
-    return here
+def find_project_root() -> Path:
+    """The checkout holding this package (an editable install), else the nearest directory
+    above the working directory holding `workspace.yaml`, else the working directory."""
+    for start in (Path(__file__).resolve().parent, Path.cwd().resolve()):
+        for candidate in (start, *start.parents):
+            if (candidate / "workspace.yaml").is_file() and (
+                candidate / "pyproject.toml"
+            ).is_file():
+                return candidate
+    return Path.cwd().resolve()
 
 
 class Settings(BaseSettings):

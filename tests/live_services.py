@@ -91,3 +91,14 @@ def claude_code() -> Path:
     if not path.exists():
         pytest.fail(f"Claude Code is not installed at {path}; run `make setup`")
     return path
+
+
+@contextmanager
+def platform(
+    monkeypatch: pytest.MonkeyPatch, *, scripted: bool = True
+) -> Iterator[tuple[str, Proxy]]:
+    """Model service and proxy, with the platform's settings pointing at this proxy."""
+    with model_service(scripted=scripted) as model_url, capture_proxy(model_url) as proxy:
+        monkeypatch.setenv("SYNTH_PROXY_URL", proxy.url)
+        settings.cache_clear()
+        yield model_url, proxy

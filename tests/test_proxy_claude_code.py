@@ -65,7 +65,7 @@ def _run_claude(proxy_url: str, token: str, workdir, *, extra_env=None, bare: bo
     return subprocess.run(args, cwd=workdir, env=env, capture_output=True, text=True, timeout=240)
 
 
-def _check_capture(proxy, model_url, attempt: str) -> list[Interaction]:
+def _check_capture(proxy, model_url, attempt: str, *, main_only: bool = True) -> list[Interaction]:
     proxy.flush()
     evidence = read_attempt_evidence(
         control_engine(), open_object_store(settings().objects_url), [attempt]
@@ -81,7 +81,8 @@ def _check_capture(proxy, model_url, attempt: str) -> list[Interaction]:
     )
     for call in calls:
         assert call.run_id == "r-claude" and call.attempt_id == attempt
-        assert call.agent_id == "main" and call.native_session_id
+        assert call.native_session_id
+        assert call.agent_id == "main" or not main_only
         assert call.aligned
         # The recorded logprobs are the sampler's own for exactly these tokens.
         scored = sampler.compute_logprobs(
@@ -184,3 +185,38 @@ def test_claude_code_falls_back_to_non_streaming_and_still_succeeds(state, tmp_p
     assert (tmp_path / "made-by-claude.txt").read_text() == "hi\n"
     assert json.loads(calls[0].request_json)["stream"] is False
     assert len(calls) == 2
+
+
+AGENT_CALL = (
+    '<tool_call>\n{"name": "Agent", "arguments": {"description": "check files", '
+    '"prompt": "SUBTASK-7: list the files and report.", "subagent_type": "general-purpose"}}'
+    "\n</tool_call>"
+)
+
+
+@pytest.mark.slow
+def test_delegated_subagent_calls_are_captured_with_their_agent_identity(state, tmp_path):
+    with model_service() as model_url, capture_proxy(model_url) as proxy:
+        set_script(
+            model_url,
+            [
+                {"match": "<tool_response>", "completion": "All done.", "repeat": True},
+                {
+                    "match": "SUBTASK-7",
+                    "completion": "Sub-agent: nothing to report.",
+                    "repeat": True,
+                },
+                {"completion": AGENT_CALL, "repeat": True},
+            ],
+        )
+        result = _run_claude(proxy.url, proxy.token(run="r-claude", attempt="a-sub"), tmp_path)
+        calls = _check_capture(proxy, model_url, "a-sub", main_only=False)
+    assert result.returncode == 0, result.stderr
+    main = [c for c in calls if c.agent_id == "main"]
+    delegated = [c for c in calls if c.agent_id != "main"]
+    assert main[0].stop_reason == "tool_use" and main[-1].stop_reason == "end_turn"
+    assert delegated and {c.agent_id for c in delegated} == {delegated[0].agent_id}
+    child = delegated[0]
+    assert child.stop_reason == "end_turn"
+    assert child.native_session_id == main[0].native_session_id
+    assert "SUBTASK-7" in child.request_json

@@ -7,10 +7,12 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
+from sqlalchemy import Engine
 
 from synth_pipelines.cli.output import UserError, describe_validation_error
 from synth_pipelines.contracts.plan import Plan
 from synth_pipelines.contracts.profile import PinnedProfile
+from synth_pipelines.registry.profiles import ProfileError, get_profile
 
 
 def read_json_argument(value: str, what: str) -> dict[str, Any]:
@@ -49,7 +51,13 @@ def read_plan(value: str) -> Plan:
         raise _explain(error, "plan", value) from None
 
 
-def read_profile(value: str, what: str = "profile") -> PinnedProfile:
+def read_profile(engine: Engine, value: str, what: str = "profile") -> PinnedProfile:
+    """`@file.json`, inline JSON, or a published `org/name@version`."""
+    if not value.startswith("@") and not value.lstrip().startswith("{"):
+        try:
+            return get_profile(engine, value).pinned
+        except ProfileError as error:
+            raise UserError(f"{what}: {error}") from None
     document = read_json_argument(value, what)
     try:
         return PinnedProfile.from_document(document)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import typer
 
+from synth_pipelines.cli.agents import agent_app, claude
 from synth_pipelines.cli.datasets import dataset_app
 from synth_pipelines.cli.model import model_app
+from synth_pipelines.cli.profiles import profile_app
 from synth_pipelines.cli.proxy import proxy_app
 from synth_pipelines.cli.runs import run_app
 from synth_pipelines.cli.services import services_app
@@ -19,5 +21,11 @@ app = typer.Typer(
 app.add_typer(dataset_app, name="dataset")
 app.add_typer(run_app, name="run")
 app.add_typer(model_app, name="model")
+app.add_typer(agent_app, name="agent")
+app.command(
+    "claude",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)(claude)
+app.add_typer(profile_app, name="profile")
 app.add_typer(proxy_app, name="proxy")
 app.registered_commands.extend(services_app.registered_commands)

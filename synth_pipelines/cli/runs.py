@@ -66,7 +66,11 @@ def _run_summary(run: RunRecord) -> dict:
 @run_app.command("start")
 def start(
     dataset: str = typer.Option(..., "--dataset", help="Dataset version, org/name@version."),
-    actor: str = typer.Option(..., "--actor", help="Actor profile: @file.json or inline JSON."),
+    actor: str = typer.Option(
+        ...,
+        "--actor",
+        help="Actor profile: @file.json, inline JSON, or a published org/name@version.",
+    ),
     plan: str = typer.Option(..., "--plan", help="Plan: @file.json or inline JSON."),
     idempotency_key: str | None = typer.Option(
         None, "--idempotency-key", help="Retrying with the same key returns the same run."
@@ -86,7 +90,7 @@ def start(
                 digest=version.digest,
                 task_count=version.task_count,
             ),
-            actor=read_profile(actor, "actor profile"),
+            actor=read_profile(engine, actor, "actor profile"),
             plan=read_plan(plan),
         )
         run, created = accept_run(engine, request, idempotency_key)

@@ -48,6 +48,18 @@ dataset_tasks = Table(
     PrimaryKeyConstraint("dataset_name", "dataset_version", "position"),
 )
 
+profile_versions = Table(
+    "profile_versions",
+    metadata,
+    Column("name", String(200), nullable=False),
+    Column("version", String(100), nullable=False),
+    Column("digest", String(80), nullable=False),
+    Column("canonical", Text, nullable=False),
+    Column("owner", String(100), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("name", "version"),
+)
+
 runs = Table(
     "runs",
     metadata,

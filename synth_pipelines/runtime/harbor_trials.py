@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC
 from pathlib import Path
 
@@ -14,9 +14,12 @@ from harbor.models.trial.config import AgentConfig, EnvironmentConfig, VerifierC
 from harbor.models.trial.config import TaskConfig as TrialTaskConfig
 from harbor.models.trial.result import TrialResult
 
+from synth_pipelines.agents.engines import engine_runtime
+from synth_pipelines.agents.harbor_agent import IMPORT_PATH as PROFILE_AGENT
+from synth_pipelines.agents.session import AttemptIdentity
 from synth_pipelines.contracts.dataset import TaskRef
 from synth_pipelines.contracts.plan import ExecutionSettings
-from synth_pipelines.contracts.profile import Profile
+from synth_pipelines.contracts.profile import PinnedProfile, Profile
 from synth_pipelines.contracts.trial import TrialOutcome
 from synth_pipelines.runtime.trial_records import archive_trial, directory_digest
 from synth_pipelines.storage.objectstore import ObjectRef, ObjectStore
@@ -33,39 +36,79 @@ class AttemptContext:
     attempt_index: int
     task: TaskRef
     task_dir: Path
-    actor_digest: str
+    owner: str
 
 
-def environment_config(settings: ExecutionSettings) -> EnvironmentConfig:
+@dataclass(frozen=True)
+class Actor:
+    """The pinned recipe and the model snapshot it is bound to for these attempts."""
+
+    pinned: PinnedProfile
+    profile: Profile
+    model: str | None
+
+    @classmethod
+    def of(cls, pinned: PinnedProfile, model: str | None) -> Actor:
+        profile = pinned.profile()
+        return cls(pinned, profile, model or profile.model)
+
+
+def environment_config(settings: ExecutionSettings, actor: Actor) -> EnvironmentConfig:
     choice, overrides = settings.environment, settings.overrides
-    location = (
-        {"import_path": LOCAL_ENVIRONMENT}
-        if choice.provider == "local"
-        else {"import_path": choice.provider}
-        if ":" in choice.provider
-        else {"type": choice.provider}
-    )
+    mounts = []
+    if choice.provider == "local":
+        location = {"import_path": LOCAL_ENVIRONMENT}
+        if actor.profile.launched:
+            mounts = [mount.as_harbor() for mount in engine_runtime(actor.profile.engine).mounts()]
+    elif ":" in choice.provider:
+        location = {"import_path": choice.provider}
+    else:
+        location = {"type": choice.provider}
     return EnvironmentConfig(
         **location,
         kwargs=dict(choice.kwargs),
+        mounts=mounts or None,
         override_cpus=overrides.cpus,
         override_memory_mb=overrides.memory_mb,
         override_storage_mb=overrides.storage_mb,
     )
 
 
-def agent_config(profile: Profile, settings: ExecutionSettings) -> AgentConfig:
-    if profile.engine not in ("oracle", "nop"):
+def agent_config(actor: Actor, attempt: AttemptContext, settings: ExecutionSettings) -> AgentConfig:
+    timeout = settings.timeouts.agent_sec
+    if not actor.profile.launched:
+        return AgentConfig(name=actor.profile.engine, override_timeout_sec=timeout)
+    if actor.model is None:
         raise ValueError(
-            f"profile {profile.ref} uses engine {profile.engine!r}, which this runtime cannot "
-            "launch yet; supported engines: oracle, nop"
+            f"profile {actor.profile.ref} binds no model; set 'model' in the profile or pass "
+            "--model when starting the run"
         )
-    return AgentConfig(name=profile.engine, override_timeout_sec=settings.timeouts.agent_sec)
+    identity = AttemptIdentity(
+        run_id=attempt.run_id,
+        attempt_id=attempt.attempt_id,
+        batch=attempt.batch,
+        owner=attempt.owner,
+        task_name=attempt.task.name,
+        model=actor.model,
+        role=actor.profile.role,
+    )
+    return AgentConfig(
+        import_path=PROFILE_AGENT,
+        model_name=actor.model,
+        # Platform model ids are not LiteLLM names; parsing them would only cost a lookup.
+        skip_model_parsing=True,
+        kwargs={
+            "profile": actor.pinned.model_dump(),
+            "identity": asdict(identity),
+            "timeout_sec": timeout,
+        },
+        override_timeout_sec=timeout,
+    )
 
 
 def trial_config(
     attempt: AttemptContext,
-    profile: Profile,
+    actor: Actor,
     settings: ExecutionSettings,
     trials_dir: Path,
     *,
@@ -75,8 +118,8 @@ def trial_config(
         task=TrialTaskConfig(path=attempt.task_dir),
         trial_name=attempt.attempt_id,
         trials_dir=trials_dir,
-        agent=agent_config(profile, settings),
-        environment=environment_config(settings),
+        agent=agent_config(actor, attempt, settings),
+        environment=environment_config(settings, actor),
         verifier=VerifierConfig(
             disable=not verify, override_timeout_sec=settings.timeouts.verifier_sec
         ),
@@ -85,9 +128,9 @@ def trial_config(
 
 def outcome_from_result(
     attempt: AttemptContext,
+    actor: Actor,
     result: TrialResult,
     trial_dir: Path,
-    effective_model: str | None,
     archive: ObjectRef,
     duration_sec: float,
 ) -> TrialOutcome:
@@ -104,8 +147,8 @@ def outcome_from_result(
         task_digest=attempt.task.digest,
         trial_name=result.trial_name,
         trial_id=str(result.id),
-        actor_digest=attempt.actor_digest,
-        effective_model=effective_model,
+        actor_digest=actor.pinned.digest,
+        effective_model=actor.model,
         status="completed" if error is None else "failed",
         rewards_json=json.dumps(rewards, sort_keys=True) if rewards is not None else None,
         reward_valid=result.reward_valid,
@@ -122,7 +165,7 @@ def outcome_from_result(
 
 async def run_attempt(
     attempt: AttemptContext,
-    profile: Profile,
+    actor: Actor,
     settings: ExecutionSettings,
     store: ObjectStore,
     trials_dir: Path,
@@ -133,16 +176,16 @@ async def run_attempt(
     trial_dir = trials_dir / attempt.attempt_id
     shutil.rmtree(trial_dir, ignore_errors=True)
     started = time.monotonic()
-    trial = await Trial.create(trial_config(attempt, profile, settings, trials_dir, verify=verify))
+    trial = await Trial.create(trial_config(attempt, actor, settings, trials_dir, verify=verify))
     result = await trial.run()
     ref = archive_trial(
         store, trial_dir, f"runs/{attempt.run_id}/trials/{attempt.attempt_id}/{result.id}.tar.gz"
     )
     outcome = outcome_from_result(
         attempt,
+        actor,
         result,
         trial_dir,
-        profile.model,
         ref,
         time.monotonic() - started,
     )

@@ -16,7 +16,7 @@ from synth_pipelines.control.events import record_event
 from synth_pipelines.registry.task_packages import materialize_task
 from synth_pipelines.runtime.admission import ResourceAdmission, ResourceDemand
 from synth_pipelines.runtime.batch_plan import BatchPlan
-from synth_pipelines.runtime.harbor_trials import AttemptContext, run_attempt
+from synth_pipelines.runtime.harbor_trials import Actor, AttemptContext, run_attempt
 from synth_pipelines.storage.objectstore import ObjectStore
 
 DEFAULT_DEMAND = ResourceDemand(cpus=1.0, memory_mb=1024, storage_mb=1024)
@@ -43,7 +43,7 @@ async def run_batch_trials(
     verify: bool,
     on_outcome: Callable[[TrialOutcome], None] = lambda outcome: None,
 ) -> list[TrialOutcome]:
-    profile = spec.actor.profile()
+    actor = Actor.of(spec.actor, spec.model)
     settings = spec.plan
     admission = ResourceAdmission(settings.budget)
     trials_dir = work_dir / "trials" / plan.batch
@@ -65,12 +65,10 @@ async def run_batch_trials(
             attempt_index=attempt_index,
             task=group.task,
             task_dir=task_dirs[group_index],
-            actor_digest=spec.actor.digest,
+            owner=spec.owner,
         )
         async with admission.admit(demands[group_index], f"task {group.task.name}"):
-            outcome = await run_attempt(
-                context, profile, settings, store, trials_dir, verify=verify
-            )
+            outcome = await run_attempt(context, actor, settings, store, trials_dir, verify=verify)
         record_event(
             engine,
             spec.run_id,

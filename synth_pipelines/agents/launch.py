@@ -1,0 +1,125 @@
+"""One interpreter for profiles: the launch a recipe means, given the runtime's bindings.
+
+`synth agent run` and Harbor-managed trials both call `build_launch`; instruction
+delivery, arguments, files, setup, environment and working directory are resolved here
+and nowhere else. The runtime supplies task, run, attempt and effective-model bindings; it
+never rebuilds the recipe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+import shlex
+from dataclasses import asdict, dataclass, fields
+
+from synth_pipelines.agents.constraints import check_launch_constraints
+from synth_pipelines.agents.engines import EngineRuntime, engine_runtime
+from synth_pipelines.contracts.profile import Profile
+
+HOME = "/root"
+INSTRUCTION_STDIN = "/tmp/synth-instruction.txt"
+
+
+@dataclass(frozen=True)
+class RuntimeBindings:
+    """Values only the runtime knows; a profile refers to them by name."""
+
+    task: str
+    run: str
+    attempt: str
+    batch: str
+    model: str
+    proxy_url: str
+    token: str
+    context_window: str
+    max_output_tokens: str
+
+    @classmethod
+    def placeholders(cls) -> RuntimeBindings:
+        return cls(**{f.name: f"${{{f.name}}}" for f in fields(cls)})
+
+
+@dataclass(frozen=True)
+class FileWrite:
+    path: str
+    content: str
+    executable: bool
+
+
+@dataclass(frozen=True)
+class Launch:
+    engine: str
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    files: tuple[FileWrite, ...]
+    setup: tuple[str, ...]
+    workdir: str
+    stdin_path: str | None
+    required_outputs: tuple[str, ...]
+    log_path: str
+
+    def command(self) -> str:
+        """The shell command that runs the harness, its output kept in the agent log."""
+        redirect = f" < {shlex.quote(self.stdin_path)}" if self.stdin_path else " < /dev/null"
+        argv = " ".join(shlex.quote(part) for part in self.argv)
+        return f"{argv}{redirect} > {shlex.quote(self.log_path)} 2>&1"
+
+    def record(self) -> dict:
+        return asdict(self)
+
+    def digest(self) -> str:
+        data = json.dumps(self.record(), sort_keys=True).encode()
+        return f"sha256:{hashlib.sha256(data).hexdigest()}"
+
+
+def _resolve(path: str, workdir: str) -> str:
+    if path.startswith("~/"):
+        return posixpath.join(HOME, path[2:])
+    return posixpath.normpath(posixpath.join(workdir, path))
+
+
+def build_launch(
+    profile: Profile,
+    bindings: RuntimeBindings,
+    instruction: str,
+    task_workdir: str,
+    runtime: EngineRuntime | None = None,
+) -> Launch:
+    runtime = runtime or engine_runtime(profile.engine)
+    check_launch_constraints(profile, runtime)
+    workdir = profile.workdir or task_workdir
+    files = [FileWrite(_resolve(f.path, workdir), f.content, f.executable) for f in profile.files]
+    argv = [*runtime.argv(bindings.model), *profile.args]
+    stdin_path: str | None = None
+    delivery = profile.instruction
+    if delivery.mode == "stdin":
+        stdin_path = INSTRUCTION_STDIN
+        files.append(FileWrite(INSTRUCTION_STDIN, instruction, False))
+    elif delivery.mode == "argument":
+        argv.append(instruction)
+    else:
+        assert delivery.path is not None
+        files.append(FileWrite(_resolve(delivery.path, workdir), instruction, False))
+    env = {
+        "HOME": HOME,
+        **{
+            binding.name: binding.value
+            if binding.value is not None
+            else getattr(bindings, binding.bind)
+            for binding in profile.env
+        },
+        **runtime.mandatory_env(bindings),
+    }
+    return Launch(
+        engine=profile.engine,
+        argv=tuple(argv),
+        env=tuple(sorted(env.items())),
+        files=tuple(files),
+        setup=tuple(profile.setup),
+        workdir=workdir,
+        stdin_path=stdin_path,
+        required_outputs=tuple(_resolve(p, workdir) for p in profile.required_outputs),
+        log_path=runtime.log_path,
+    )

@@ -1,0 +1,128 @@
+"""Running a pinned profile in an environment for one attempt: the path shared by
+`synth agent run` and Harbor-managed trials.
+
+It verifies the profile's digest, mints the attempt's scoped token, opens the sandbox's
+single route to the proxy, asks the proxy for the bound model's limits, builds the launch
+with `build_launch`, records it (with runtime values as placeholders, so launches can be
+compared), and carries it out.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+import httpx
+from harbor.environments.base import BaseEnvironment
+
+from synth_pipelines.agents.engines import engine_runtime
+from synth_pipelines.agents.execute import LaunchResult, execute_launch
+from synth_pipelines.agents.launch import Launch, RuntimeBindings, build_launch
+from synth_pipelines.config import settings
+from synth_pipelines.contracts.profile import PinnedProfile
+
+SANDBOX_PROXY_PORT = 8200
+TOKEN_GRACE_SEC = 600
+
+
+class ModelUnavailableError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class AttemptIdentity:
+    run_id: str
+    attempt_id: str
+    batch: str
+    owner: str
+    task_name: str
+    model: str
+    role: str = "actor"
+
+
+@dataclass(frozen=True)
+class LaunchOutcome:
+    launch: Launch
+    template: Launch
+    result: LaunchResult
+
+
+def mint_attempt_token(identity: AttemptIdentity, ttl_sec: int) -> str:
+    from proxy.credentials import load_signing_key, mint_token
+
+    return mint_token(
+        load_signing_key(settings().signing_key_path),
+        run_id=identity.run_id,
+        attempt_id=identity.attempt_id,
+        owner=identity.owner,
+        model=identity.model,
+        ttl_sec=ttl_sec,
+        role=identity.role,
+        batch=identity.batch or None,
+    )
+
+
+def model_limits(proxy_url: str, token: str, model: str) -> tuple[int, int]:
+    """(context window, output limit) of the bound model, as the proxy serves it."""
+    try:
+        listed = httpx.get(f"{proxy_url}/v1/models", headers={"x-api-key": token}, timeout=30)
+        listed.raise_for_status()
+    except httpx.HTTPError as error:
+        raise ModelUnavailableError(
+            f"the capture proxy at {proxy_url} is not reachable ({error}); start it with "
+            "`synth up` or `synth proxy serve`"
+        ) from None
+    for entry in listed.json()["data"]:
+        if entry["id"] == model:
+            return entry["max_input_tokens"], entry["max_tokens"]
+    raise ModelUnavailableError(f"the capture proxy does not serve model {model!r}")
+
+
+async def _route(environment: BaseEnvironment, proxy_url: str) -> str:
+    """The proxy's address as seen from inside the environment."""
+    open_route = getattr(environment, "open_route", None)
+    if open_route is None:
+        return proxy_url
+    address = urlparse(proxy_url)
+    return await open_route(SANDBOX_PROXY_PORT, address.hostname, address.port or 80)
+
+
+async def run_profile(
+    environment: BaseEnvironment,
+    pinned: PinnedProfile,
+    instruction: str,
+    identity: AttemptIdentity,
+    logs_dir: Path,
+    *,
+    timeout_sec: float | None,
+) -> LaunchOutcome:
+    profile = pinned.profile()
+    runtime = engine_runtime(profile.engine)
+    proxy_url = settings().proxy_url
+    token = mint_attempt_token(identity, int(timeout_sec or 3600) + TOKEN_GRACE_SEC)
+    context_window, max_output = model_limits(proxy_url, token, identity.model)
+    workdir = (await environment.exec("pwd")).stdout.strip() or "/"
+    bindings = RuntimeBindings(
+        task=identity.task_name,
+        run=identity.run_id,
+        attempt=identity.attempt_id,
+        batch=identity.batch,
+        model=identity.model,
+        proxy_url=await _route(environment, proxy_url),
+        token=token,
+        context_window=str(context_window),
+        max_output_tokens=str(max_output),
+    )
+    launch = build_launch(profile, bindings, instruction, workdir, runtime)
+    template = build_launch(profile, RuntimeBindings.placeholders(), instruction, workdir, runtime)
+    logs_dir.mkdir(parents=True, exist_ok=True)
+    (logs_dir / "launch.json").write_text(
+        json.dumps(
+            {"profile": pinned.digest, "launch": template.record(), "digest": template.digest()},
+            indent=2,
+        )
+    )
+    result = await execute_launch(environment, launch, timeout_sec=timeout_sec)
+    return LaunchOutcome(launch, template, result)

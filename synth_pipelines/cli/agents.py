@@ -1,0 +1,130 @@
+"""`synth agent run` and `synth claude`: profiles and Claude Code outside managed runs."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import typer
+
+from synth_pipelines.cli.inputs import read_profile
+from synth_pipelines.cli.output import (
+    EXIT_RUN_FAILED,
+    JSON_OPTION,
+    console,
+    emit,
+    fail,
+    user_errors,
+)
+from synth_pipelines.config import settings
+from synth_pipelines.control.database import control_engine
+
+agent_app = typer.Typer(
+    help="Run an agent profile on a task in the local sandbox.", no_args_is_help=True
+)
+
+
+@agent_app.command("run")
+def run(
+    profile: str = typer.Option(
+        ..., "--profile", help="@file.json or a published org/name@version."
+    ),
+    task: Path = typer.Option(..., "--task", help="A Harbor task directory."),
+    model: str | None = typer.Option(
+        None, "--model", help="Model binding (default: the profile's)."
+    ),
+    output: Path | None = typer.Option(None, "--output", help="Where logs and the workspace go."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Launch the profile on the task through the capture proxy, like a managed trial."""
+    from synth_pipelines.agents.constraints import LaunchConstraintError
+    from synth_pipelines.agents.engines import EngineUnavailableError
+    from synth_pipelines.agents.local_run import run_locally
+    from synth_pipelines.agents.session import ModelUnavailableError
+    from synth_pipelines.registry.task_packages import TaskFormatError
+
+    with user_errors(
+        LaunchConstraintError,
+        EngineUnavailableError,
+        ModelUnavailableError,
+        TaskFormatError,
+        ValueError,
+    ):
+        pinned = read_profile(control_engine(), profile)
+        bound = model or pinned.profile().model
+        if bound is None:
+            fail(f"profile {pinned.name}@{pinned.version} binds no model; pass --model")
+        destination = output or settings().state_dir / "agent-runs" / task.name
+        done = asyncio.run(run_locally(pinned, task, bound, destination))
+    result = done.outcome.result
+    data = {
+        "run_id": done.identity.run_id,
+        "attempt_id": done.identity.attempt_id,
+        "profile": f"{pinned.name}@{pinned.version}",
+        "profile_digest": pinned.digest,
+        "model": bound,
+        "exit_code": result.exit_code,
+        "missing_outputs": list(result.missing_outputs),
+        "duration_sec": round(result.duration_sec, 2),
+        "launch_digest": done.outcome.template.digest(),
+        "logs": str(done.output_dir / "agent"),
+        "workspace": str(done.workspace),
+    }
+    emit(
+        data,
+        as_json,
+        lambda: console.print(
+            f"{data['profile']} on {task}: exit code {data['exit_code']} in "
+            f"{data['duration_sec']} s; logs in {data['logs']}, workspace in {data['workspace']}"
+            + (
+                f"; missing outputs: {', '.join(data['missing_outputs'])}"
+                if data["missing_outputs"]
+                else ""
+            )
+        ),
+    )
+    if result.exit_code != 0 or result.missing_outputs:
+        raise typer.Exit(EXIT_RUN_FAILED)
+
+
+def claude(
+    ctx: typer.Context,
+    model: str = typer.Option(..., "--model", help="A base model or a checkpoint reference."),
+) -> None:
+    """Launch the installed Claude Code here, through the capture proxy (args after --)."""
+    from synth_pipelines.agents.engines import MODEL_ALIASES
+    from synth_pipelines.agents.session import (
+        AttemptIdentity,
+        ModelUnavailableError,
+        mint_attempt_token,
+        model_limits,
+    )
+
+    config = settings()
+    binary = config.claude_code
+    if not binary.exists():
+        fail(f"Claude Code is not installed at {binary}; run `make setup`")
+    identity = AttemptIdentity(
+        run_id="interactive",
+        attempt_id=f"claude-{os.getpid()}",
+        batch="",
+        owner=config.owner,
+        task_name=str(Path.cwd()),
+        model=model,
+        role="interactive",
+    )
+    token = mint_attempt_token(identity, 12 * 3600)
+    with user_errors(ModelUnavailableError):
+        context_window, max_output = model_limits(config.proxy_url, token, model)
+    env = {
+        **os.environ,
+        "ANTHROPIC_BASE_URL": config.proxy_url,
+        "ANTHROPIC_AUTH_TOKEN": token,
+        **dict.fromkeys(MODEL_ALIASES, model),
+        "CLAUDE_CODE_MAX_CONTEXT_TOKENS": str(context_window),
+        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(max_output),
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }
+    env.pop("ANTHROPIC_API_KEY", None)
+    os.execve(str(binary), [str(binary), "--model", model, *ctx.args], env)

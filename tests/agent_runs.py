@@ -1,0 +1,78 @@
+"""Running a profile through the platform's runtime (the same job the batch gate launches)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import dagster as dg
+
+from synth_pipelines.config import settings
+from synth_pipelines.contracts.plan import EvalPlan
+from synth_pipelines.contracts.profile import PinnedProfile
+from synth_pipelines.contracts.run_spec import DatasetPin, RunRequest, batch_key
+from synth_pipelines.contracts.trial import TrialOutcome
+from synth_pipelines.control.database import control_engine
+from synth_pipelines.control.runs import RunRecord, accept_run, get_run
+from synth_pipelines.control.table_outputs import load_table
+from synth_pipelines.definitions import defs
+from synth_pipelines.registry.datasets import publish_dataset
+from synth_pipelines.runtime.trial_records import restore_trial
+from synth_pipelines.storage.objectstore import open_object_store
+from tests.conftest import PROJECT_ROOT, SAMPLE_DATASET
+
+
+def profile_document(name: str, **changes) -> dict:
+    return {**json.loads((PROJECT_ROOT / "profiles" / name).read_text()), **changes}
+
+
+def one_task_dataset(tmp_path: Path, task: str) -> Path:
+    directory = tmp_path / "dataset"
+    shutil.copytree(SAMPLE_DATASET / task, directory / task)
+    return directory
+
+
+def evaluate(dataset_dir: Path, profile: dict, attempts: int = 1) -> RunRecord:
+    engine = control_engine()
+    store = open_object_store(settings().objects_url)
+    dataset, _ = publish_dataset(engine, store, dataset_dir, "test/one", "v1", "tester")
+    request = RunRequest(
+        owner=settings().owner,
+        dataset=DatasetPin(
+            name=dataset.name,
+            version=dataset.version,
+            digest=dataset.digest,
+            task_count=dataset.task_count,
+        ),
+        actor=PinnedProfile.from_document(profile),
+        plan=EvalPlan(
+            kind="eval",
+            attempts_per_task=attempts,
+            budget={"max_active_attempts": 1, "cpus": 2, "memory_mb": 4096, "storage_mb": 8192},
+        ),
+    )
+    run, _ = accept_run(engine, request)
+    instance = dg.DagsterInstance.get()
+    job = defs.resolve_job_def("evaluation_batch")
+    for index in range(run.batch_count):
+        key = batch_key(run.run_id, index)
+        instance.add_dynamic_partitions("batches", [key])
+        assert job.execute_in_process(partition_key=key, instance=instance).success
+    return get_run(engine, run.run_id)
+
+
+def trial_outcomes(run: RunRecord) -> list[TrialOutcome]:
+    store = open_object_store(settings().objects_url)
+    return [
+        outcome
+        for index in range(run.batch_count)
+        for outcome in TrialOutcome.from_table(
+            load_table(control_engine(), store, "trials", batch_key(run.run_id, index))
+        )
+    ]
+
+
+def restored_trial(outcome: TrialOutcome, into: Path) -> Path:
+    store = open_object_store(settings().objects_url)
+    return restore_trial(store, outcome.trial_key, outcome.trial_sha256, into)
