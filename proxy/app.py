@@ -1,31 +1,30 @@
 """The capture proxy: Anthropic Messages in, model-native tokens out, exact evidence staged.
 
-Every call is rendered in the model's native format by a worker process, sampled through
-the tinker SDK, parsed back into Anthropic content blocks, and staged durably with the
-exact prompt ids, sampled ids and sampler logprobs before its response completes. The
-response and the learning record come from the same prepared prompt and sampled output.
+Every call is rendered in the model's native format, sampled through the tinker SDK,
+parsed back into Anthropic content blocks, and staged durably with the exact prompt ids,
+sampled ids and sampler logprobs before its response completes, all by a worker process
+(`proxy.worker_calls`); this process authenticates, streams and publishes the evidence.
+A streamed call's `message_start` goes out before sampling starts. The response and the
+learning record come from the same prepared prompt and sampled output.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 import uuid
-from collections import defaultdict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
-import tinker
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel
 
-from proxy.auth import Authenticated, Caller, require_role
+from proxy.auth import Authenticated, require_role
 from proxy.capture import CaptureSink, report_to_dagster
+from proxy.checkpoint_models import checkpoint_lookup
 from proxy.credentials import load_signing_key
 from proxy.errors import ProxyError
 from proxy.messages import (
@@ -44,18 +43,8 @@ from proxy.messages import (
 from proxy.metrics import ProxyMetrics
 from proxy.model_registry import ModelRegistry, TinkerRoute
 from proxy.prefix_cache import CacheScope
-from proxy.sampler import TinkerSampler
-from proxy.workers import (
-    CpuWorkers,
-    ErrorResult,
-    Finished,
-    Prepared,
-    abandon,
-    count,
-    finish,
-    prepare,
-)
-from synth_pipelines.contracts.interaction import Interaction
+from proxy.worker_calls import CallRecord, ErrorResult, Finished, Prepared, WorkerConfig
+from proxy.workers import CallWorkers
 from synth_pipelines.control.database import engine_for
 from synth_pipelines.evidence.publisher import EvidencePublisher
 from synth_pipelines.evidence.spool import Spool
@@ -77,6 +66,9 @@ class ProxyConfig:
     generation_limit: int = 64
     count_limit: int = 16
     publish_interval_sec: float = 1.0
+    evidence_settle_sec: float = 10.0
+    """An attempt's staged calls are published once it has staged none for this long, so a
+    chunk holds many turns of a conversation (a flush publishes everything at once)."""
     report_to_dagster: bool = True
     s3_endpoint_url: str | None = None
 
@@ -84,16 +76,13 @@ class ProxyConfig:
 @dataclass
 class ProxyState:
     config: ProxyConfig
+    registry: ModelRegistry
     signing_key: bytes
-    workers: CpuWorkers
-    sampler: TinkerSampler
+    workers: CallWorkers
     capture: CaptureSink
     metrics: ProxyMetrics
     generation: asyncio.Semaphore
     counting: asyncio.Semaphore
-    call_numbers: defaultdict[tuple[str, str], itertools.count] = field(
-        default_factory=lambda: defaultdict(itertools.count)
-    )
 
 
 def _error_response(error: ProxyError) -> JSONResponse:
@@ -126,24 +115,46 @@ def create_app(config: ProxyConfig) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        spool = Spool(config.state_dir / "spool")
+        workers = CallWorkers(
+            WorkerConfig(
+                registry_json=config.registry.to_json(),
+                database_url=config.database_url,
+                spool_dir=spool.root,
+                model_service_url=config.model_service_url,
+                model_service_key=config.model_service_key,
+            ),
+            config.workers,
+        )
+        workers.start()
+        # The workers load their tokenizers while this process opens the evidence store.
+        warming = asyncio.ensure_future(
+            workers.warm([entry.id for entry in config.registry.entries()][:1])
+        )
         engine = engine_for(config.database_url)
         store = open_object_store(config.objects_url, endpoint_url=config.s3_endpoint_url)
-        spool = Spool(config.state_dir / "spool")
         publisher = EvidencePublisher(
-            spool, store, engine, report=report_to_dagster if config.report_to_dagster else None
+            spool,
+            store,
+            engine,
+            report=report_to_dagster if config.report_to_dagster else None,
+            settle_sec=config.evidence_settle_sec,
         )
-        workers = CpuWorkers(config.registry, config.workers)
         state = ProxyState(
             config=config,
+            registry=config.registry.with_checkpoints(checkpoint_lookup(config.database_url)),
             signing_key=load_signing_key(config.signing_key_path),
             workers=workers,
-            sampler=TinkerSampler(config.model_service_url, config.model_service_key),
             capture=CaptureSink(spool, publisher, config.publish_interval_sec),
             metrics=ProxyMetrics(),
             generation=asyncio.Semaphore(config.generation_limit),
             counting=asyncio.Semaphore(config.count_limit),
         )
-        await workers.warm([entry.id for entry in config.registry.entries()][:1])
+        try:
+            await warming
+        except BaseException:
+            workers.shutdown()
+            raise
         state.capture.start()
         state_holder["state"] = state
         app.state.proxy = state
@@ -152,7 +163,6 @@ def create_app(config: ProxyConfig) -> FastAPI:
         finally:
             state.capture.stop()
             workers.shutdown()
-            state.sampler.close()
 
     app = FastAPI(title="synth capture proxy", lifespan=lifespan)
 
@@ -177,14 +187,18 @@ def create_app(config: ProxyConfig) -> FastAPI:
 
     @app.get("/v1/models")
     async def models(_who: Authenticated) -> dict:
-        return get_state().config.registry.model_list().model_dump()
+        return get_state().registry.model_list().model_dump()
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(model_id: str, _who: Authenticated) -> dict:
+        return get_state().registry.get(model_id).model_info().model_dump()
 
     @app.post("/v1/messages/count_tokens")
     async def count_tokens(request: Request, _who: Authenticated) -> JSONResponse:
         state = get_state()
         body = await request.body()
         async with state.counting:
-            result = await state.workers.call(state.workers.choose(None), count, body)
+            result = await state.workers.call(state.workers.choose(None), "count", body)
         if isinstance(result, ErrorResult):
             state.metrics.requests.labels("count_tokens", result.error_type).inc()
             raise result.exception()
@@ -205,7 +219,7 @@ def create_app(config: ProxyConfig) -> FastAPI:
     @app.post("/v1/messages")
     async def messages(request: Request, who: Authenticated) -> Response:
         state = get_state()
-        started = time.perf_counter()
+        received = time.monotonic()
         body = await request.body()
         agent_id, parent_agent_id, agent_type, session = _identity(request)
         claims = who.claims
@@ -214,29 +228,37 @@ def create_app(config: ProxyConfig) -> FastAPI:
         )
         worker = state.workers.choose(scope)
         call_id = uuid.uuid4().hex
-        prepared = await state.workers.call(worker, prepare, call_id, body, scope)
+        prepared = await state.workers.call(worker, "prepare", call_id, body, scope)
         if isinstance(prepared, ErrorResult):
             state.metrics.requests.labels("messages", prepared.error_type).inc()
             raise prepared.exception()
         try:
             who.check_model(prepared.model)
-            entry = state.config.registry.get(prepared.model)
+            entry = state.registry.get(prepared.model)
+            checkpoint = state.registry.checkpoint(prepared.model)
+            if checkpoint is not None and checkpoint.owner != who.claims.owner:
+                raise ProxyError(
+                    "permission_error",
+                    f"checkpoint {prepared.model} belongs to another owner",
+                )
             if not isinstance(entry.backend, TinkerRoute):
                 raise ProxyError("api_error", f"model {entry.id} has no tinker route")
         except ProxyError:
-            await state.workers.call(worker, abandon, call_id)
+            state.workers.tell(worker, "abandon", call_id)
             raise
-        call = _Call(
-            state=state,
-            worker=worker,
-            call_id=call_id,
-            body=body,
-            caller=who,
-            prepared=prepared,
-            route=entry.backend,
-            agent=(agent_id, parent_agent_id, agent_type, session),
-            started=started,
+        record = CallRecord(
+            run_id=claims.run_id,
+            batch=claims.batch,
+            attempt_id=claims.attempt_id,
+            owner=claims.owner,
+            role=claims.role,
+            agent_id=agent_id,
+            parent_agent_id=parent_agent_id,
+            agent_type=agent_type,
+            native_session_id=session,
+            received=received,
         )
+        call = _Call(state, worker, call_id, prepared, entry.backend, record)
         if prepared.stream:
             return StreamingResponse(
                 call.stream(), media_type="text/event-stream", headers={"cache-control": "no-cache"}
@@ -252,127 +274,53 @@ class _Call:
     state: ProxyState
     worker: int
     call_id: str
-    body: bytes
-    caller: Caller
     prepared: Prepared
     route: TinkerRoute
-    agent: tuple[str, str | None, str | None, str | None]
-    started: float
+    record: CallRecord
 
-    @property
-    def message_id(self) -> str:
-        return f"msg_{self.call_id}"
-
-    def _params(self) -> tinker.SamplingParams:
-        p = self.prepared
-        return tinker.SamplingParams(
-            max_tokens=p.max_tokens,
-            stop=p.stop,
-            temperature=p.temperature,
-            top_p=p.top_p,
-            top_k=p.top_k,
-        )
-
-    async def _sample_and_record(self) -> tuple[Finished, float]:
+    async def complete(self) -> Message:
         state, metrics = self.state, self.state.metrics
         metrics.in_flight.labels("generation").inc()
         try:
             async with state.generation:
-                sample_started = time.perf_counter()
                 try:
-                    sample = await state.sampler.sample(
-                        self.route, self.prepared.prompt_tokens, self._params()
+                    finished: Finished | ErrorResult = await state.workers.call(
+                        self.worker, "complete", self.call_id, self.route, self.record
                     )
-                finally:
-                    sample_sec = time.perf_counter() - sample_started
-            finished = await state.workers.call(
-                self.worker, finish, self.call_id, sample.tokens, sample.stop_reason
-            )
-        except BaseException:
-            await state.workers.call(self.worker, abandon, self.call_id)
-            raise
+                except asyncio.CancelledError:
+                    state.workers.tell(self.worker, "cancel", self.call_id)
+                    raise
         finally:
             metrics.in_flight.labels("generation").dec()
-        kept = finished.output_tokens
-        claims = self.caller.claims
-        agent_id, parent_agent_id, agent_type, session = self.agent
-        total_ms = (time.perf_counter() - self.started) * 1000
-        response = self._message(finished)
-        interaction = Interaction(
-            call_id=self.call_id,
-            run_id=claims.run_id,
-            batch=claims.batch,
-            attempt_id=claims.attempt_id,
-            owner=claims.owner,
-            role=claims.role,
-            agent_id=agent_id,
-            parent_agent_id=parent_agent_id,
-            agent_type=agent_type,
-            native_session_id=session,
-            call_index=next(state.call_numbers[(claims.attempt_id, agent_id)]),
-            model=self.prepared.model,
-            sampler=sample.sampler,
-            prompt_tokens=self.prepared.prompt_tokens,
-            completion_tokens=sample.tokens[:kept],
-            logprobs=sample.logprobs[:kept],
-            sampler_stop_reason=sample.stop_reason,
-            stop_reason=finished.stop_reason,
-            parse_error=finished.malformed is not None,
-            fitted=self.prepared.fitted,
-            request_json=self.body.decode("utf-8", errors="replace"),
-            effective_request_json=self.prepared.effective_request_json,
-            response_json=response.model_dump_json(exclude_none=True),
-            render_ms=self.prepared.render_ms,
-            sample_ms=sample_sec * 1000,
-            parse_ms=finished.parse_ms,
-            total_ms=total_ms,
-            created_at=datetime.now(UTC),
-        )
-        await state.capture.stage(interaction)
-        metrics.prompt_tokens.labels(self.prepared.model).inc(len(self.prepared.prompt_tokens))
-        metrics.completion_tokens.labels(self.prepared.model).inc(kept)
+        if isinstance(finished, ErrorResult):
+            raise finished.exception()
+        model = self.prepared.model
+        metrics.prompt_tokens.labels(model).inc(self.prepared.prompt_tokens)
+        metrics.completion_tokens.labels(model).inc(finished.kept_tokens)
         metrics.reused_prefix_tokens.inc(self.prepared.reused_prefix_tokens)
-        metrics.sample_latency.observe(sample_sec)
-        metrics.added_latency.observe(max(0.0, time.perf_counter() - self.started - sample_sec))
+        metrics.sample_latency.observe(finished.sample_ms / 1000)
+        total_sec = time.monotonic() - self.record.received
+        metrics.added_latency.observe(max(0.0, total_sec - finished.sample_ms / 1000))
         metrics.requests.labels("messages", "ok").inc()
-        return finished, sample_sec
-
-    def _message(self, finished: Finished) -> Message:
-        return Message.model_validate(
-            {
-                "id": self.message_id,
-                "content": finished.content,
-                "model": self.prepared.model,
-                "stop_reason": finished.stop_reason,
-                "stop_sequence": finished.stop_sequence,
-                "usage": {
-                    "input_tokens": len(self.prepared.prompt_tokens),
-                    "output_tokens": finished.output_tokens,
-                },
-            }
-        )
-
-    async def complete(self) -> Message:
-        finished, _ = await self._sample_and_record()
-        return self._message(finished)
+        return finished.message
 
     async def stream(self) -> AsyncIterator[bytes]:
         start = Message(
-            id=self.message_id,
+            id=f"msg_{self.call_id}",
             content=[],
             model=self.prepared.model,
-            usage=Usage(input_tokens=len(self.prepared.prompt_tokens), output_tokens=0),
+            usage=Usage(input_tokens=self.prepared.prompt_tokens, output_tokens=0),
         )
         yield sse_frame(MessageStartEvent(message=start))
         yield sse_frame(PingEvent())
-        work = asyncio.ensure_future(self._sample_and_record())
+        work = asyncio.ensure_future(self.complete())
         try:
             while True:
                 done, _ = await asyncio.wait({work}, timeout=PING_INTERVAL_SEC)
                 if done:
                     break
                 yield sse_frame(PingEvent())
-            finished, _ = work.result()
+            message = work.result()
         except ProxyError as error:
             self.state.metrics.requests.labels("messages", error.error_type).inc()
             yield sse_frame(error.response())
@@ -380,7 +328,6 @@ class _Call:
         finally:
             if not work.done():
                 work.cancel()
-        message = self._message(finished)
         for index, block in enumerate(message.content):
             for event in content_block_events(index, block):
                 yield sse_frame(event)

@@ -8,7 +8,8 @@ for inference but has no training client behind it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -146,13 +147,40 @@ DEFAULT_MODELS: tuple[ModelEntry, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class CheckpointModel:
+    """A checkpoint served as a model: which base entry it derives from, and whose it is."""
+
+    base_model: str
+    owner: str
+
+
+CheckpointLookup = Callable[[str], CheckpointModel | None]
+
+
 class ModelRegistry:
-    def __init__(self, entries: Iterable[ModelEntry] = DEFAULT_MODELS) -> None:
+    """Registered models, plus checkpoints (`tinker://.../sampler_weights/...`) derived from
+    their base model's entry when a lookup is given."""
+
+    def __init__(
+        self,
+        entries: Iterable[ModelEntry] = DEFAULT_MODELS,
+        checkpoints: CheckpointLookup | None = None,
+    ) -> None:
         self._entries: dict[str, ModelEntry] = {}
+        self._checkpoints = checkpoints
         for entry in entries:
             if entry.id in self._entries:
                 raise ValueError(f"model {entry.id!r} is registered twice")
             self._entries[entry.id] = entry
+
+    def with_checkpoints(self, lookup: CheckpointLookup) -> ModelRegistry:
+        return ModelRegistry(self._entries.values(), lookup)
+
+    def checkpoint(self, model_id: str) -> CheckpointModel | None:
+        if self._checkpoints is None or not model_id.startswith("tinker://"):
+            return None
+        return self._checkpoints(model_id)
 
     @classmethod
     def from_json_file(cls, path: Path) -> ModelRegistry:
@@ -173,6 +201,16 @@ class ModelRegistry:
 
     def get(self, model_id: str) -> ModelEntry:
         entry = self._entries.get(model_id)
+        checkpoint = self.checkpoint(model_id) if entry is None else None
+        if checkpoint is not None and checkpoint.base_model in self._entries:
+            base = self._entries[checkpoint.base_model]
+            return base.model_copy(
+                update={
+                    "id": model_id,
+                    "backend": TinkerRoute(model_path=model_id),
+                    "display_name": f"checkpoint of {base.id}",
+                }
+            )
         if entry is None:
             served = ", ".join(sorted(self._entries)) or "none"
             raise ProxyError(

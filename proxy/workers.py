@@ -1,85 +1,48 @@
-"""CPU work of the proxy (validate, render, tokenize, parse) in worker processes.
+"""The proxy's worker processes, and how the server hands them calls.
 
-Rendering and tokenizing hold the GIL, so they run in separate processes: the event loop
-stays free for HTTP and streaming, and both cores do useful work. Each worker keeps its
-own prefix cache; a session is always sent to the same worker, so its next turn finds
-the cached prefix. A prepared call's renderer state stays in the worker that rendered it
-until the completion is parsed there.
+Rendering and tokenizing hold the GIL, and so does the tinker SDK while it encodes a long
+prompt, so every call's work (`proxy.worker_calls`) runs in a worker process and the server
+process only speaks HTTP. Each worker runs an event loop: it renders one call while others
+wait for the model, and answers each request as soon as it is done, in any order. A session
+is always sent to the same worker, so its next turn finds the worker's cached prefix.
 
-Everything crossing a process boundary is plain data (`Prepared`, `Finished`); a client
-mistake comes back as an `ErrorResult`, never as an exception.
+Requests and answers are pickled over one pipe per worker. On the server side a thread per
+worker writes requests (a long body never blocks the event loop) and one reads answers. A
+worker never outlives the server, and a worker that dies fails its calls instead of hanging
+them. `processes=0` runs one worker on a thread of the server process, with the same pipe.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ctypes
+import inspect
 import itertools
+import logging
+import multiprocessing
+import queue
 import signal
-import time
+import threading
+import traceback
 import zlib
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from typing import Any
 
-from proxy.adapters.base import RenderedPrompt
-from proxy.context_fit import fit_to_context
+from proxy import worker_calls
 from proxy.errors import ProxyError
-from proxy.messages import (
-    MessagesRequest,
-    parse_count_tokens_request,
-    parse_messages_request,
-)
-from proxy.model_registry import ModelRegistry
-from proxy.prefix_cache import CacheScope, PrefixCache
-from proxy.thinking_signature import omit_thinking
+from proxy.prefix_cache import CacheScope
+from proxy.worker_calls import WorkerConfig
 
-
-@dataclass(frozen=True)
-class ErrorResult:
-    error_type: str
-    message: str
-
-    def exception(self) -> ProxyError:
-        return ProxyError(self.error_type, self.message)  # type: ignore[arg-type]
-
-
-@dataclass(frozen=True)
-class Prepared:
-    model: str
-    stream: bool
-    prompt_tokens: list[int]
-    stop: list[int] | list[str]
-    max_tokens: int
-    temperature: float
-    top_p: float
-    top_k: int
-    stop_sequences: list[str]
-    fitted: bool
-    effective_request_json: str | None
-    reused_prefix_tokens: int
-    render_ms: float
-
-
-@dataclass(frozen=True)
-class Finished:
-    content: list[dict[str, Any]]
-    stop_reason: str
-    stop_sequence: str | None
-    output_tokens: int
-    malformed: str | None
-    parse_ms: float
-
-
-@dataclass
-class _WorkerState:
-    registry: ModelRegistry
-    cache: PrefixCache
-    pending: dict[str, tuple[RenderedPrompt, MessagesRequest]]
-
-
-_state: _WorkerState | None = None
+log = logging.getLogger("synth.proxy.workers")
 PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class _Crash:
+    """An unexpected exception inside a worker: a bug, reported as a server error."""
+
+    description: str
 
 
 def _die_with_parent() -> None:
@@ -87,7 +50,7 @@ def _die_with_parent() -> None:
 
     Forked workers inherit the server's signal handlers, which would make them ignore a
     SIGTERM sent to the process group; they get the default back, and Ctrl-C is left to
-    the parent, which shuts the pool down.
+    the parent, which shuts the workers down.
     """
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -95,138 +58,169 @@ def _die_with_parent() -> None:
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _init_worker(
-    registry_json: str, cache_sessions: int, cache_tokens: int, own_process: bool
+def _serve(
+    connection: Connection, config: WorkerConfig, inherited: list[Connection], own_process: bool
 ) -> None:
-    global _state
+    """A worker's life: answer requests from `connection` until the server closes it."""
     if own_process:
         _die_with_parent()
-    _state = _WorkerState(
-        registry=ModelRegistry.from_json(registry_json),
-        cache=PrefixCache(max_sessions=cache_sessions, max_tokens=cache_tokens),
-        pending={},
-    )
+        for other in inherited:
+            other.close()
+    worker_calls.init_worker(config)
+    loop = asyncio.new_event_loop()
+
+    async def answer(request_id: int, name: str, args: tuple) -> None:
+        try:
+            result = worker_calls.HANDLERS[name](*args)
+            if inspect.isawaitable(result):
+                result = await result
+        except asyncio.CancelledError:
+            return
+        except Exception:
+            log.exception("worker call %s failed", name)
+            result = _Crash(traceback.format_exc(limit=3))
+        connection.send((request_id, result))
+
+    def read() -> None:
+        try:
+            while True:
+                request_id, name, args = connection.recv()
+                loop.call_soon_threadsafe(loop.create_task, answer(request_id, name, args))
+        except (EOFError, OSError):
+            loop.call_soon_threadsafe(loop.stop)
+
+    threading.Thread(target=read, name="worker-requests", daemon=True).start()
+    loop.run_forever()
 
 
-def _worker() -> _WorkerState:
-    assert _state is not None, "worker used before initialization"
-    return _state
+@dataclass
+class _Worker:
+    index: int
+    connection: Connection
+    runner: multiprocessing.process.BaseProcess | threading.Thread
+    loop: asyncio.AbstractEventLoop
+    outbox: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
+    waiting: dict[int, asyncio.Future] = field(default_factory=dict)
+    alive: bool = True
 
+    def start_io(self) -> None:
+        threading.Thread(target=self._write, name=f"worker-{self.index}-out", daemon=True).start()
+        threading.Thread(target=self._read, name=f"worker-{self.index}-in", daemon=True).start()
 
-def prepare(call_id: str, body: bytes, scope: CacheScope | None) -> Prepared | ErrorResult:
-    started = time.perf_counter()
-    state = _worker()
-    try:
-        request = parse_messages_request(body)
-        entry = state.registry.get(request.model)
-        adapter = entry.adapter()
-        rendered = adapter.render(request, prefix_cache=state.cache, scope=scope)
-        effective: MessagesRequest = request
-        if rendered.prompt_tokens > entry.prompt_budget(request.max_tokens):
-            fit = fit_to_context(request, entry, adapter, prompt_tokens=rendered.prompt_tokens)
-            effective = fit.request
-            rendered = adapter.render(effective)
-        max_tokens = entry.output_tokens(request.max_tokens)
-        params = rendered.sampling_params(effective, max_tokens)
-    except ProxyError as error:
-        return ErrorResult(error.error_type, error.message)
-    state.pending[call_id] = (rendered, effective)
-    return Prepared(
-        model=request.model,
-        stream=request.stream,
-        prompt_tokens=rendered.tokens,
-        stop=list(params.stop or []),
-        max_tokens=max_tokens,
-        temperature=params.temperature,
-        top_p=params.top_p,
-        top_k=params.top_k,
-        stop_sequences=list(request.stop_sequences),
-        fitted=effective is not request,
-        effective_request_json=effective.model_dump_json() if effective is not request else None,
-        reused_prefix_tokens=rendered.reused_prefix_tokens,
-        render_ms=(time.perf_counter() - started) * 1000,
-    )
+    def _write(self) -> None:
+        while (request := self.outbox.get()) is not None:
+            try:
+                self.connection.send(request)
+            except OSError:
+                return
 
+    def _read(self) -> None:
+        try:
+            while True:
+                request_id, result = self.connection.recv()
+                self.loop.call_soon_threadsafe(self._resolve, request_id, result)
+        except (EOFError, OSError):
+            if not self.loop.is_closed():
+                self.loop.call_soon_threadsafe(self._died)
 
-def finish(call_id: str, completion_tokens: list[int], sampler_stop_reason: str) -> Finished:
-    started = time.perf_counter()
-    state = _worker()
-    rendered, request = state.pending.pop(call_id)
-    entry = state.registry.get(request.model)
-    parsed = entry.adapter().parse(
-        rendered, completion_tokens, sampler_stop_reason, request.stop_sequences
-    )
-    content = parsed.content
-    if request.thinking_display == "omitted":
-        content = omit_thinking(content)
-    return Finished(
-        content=[block.model_dump(exclude_none=True) for block in content],
-        stop_reason=parsed.stop_reason,
-        stop_sequence=parsed.stop_sequence,
-        output_tokens=parsed.output_tokens,
-        malformed=parsed.malformed,
-        parse_ms=(time.perf_counter() - started) * 1000,
-    )
-
-
-def abandon(call_id: str) -> None:
-    _worker().pending.pop(call_id, None)
-
-
-def count(body: bytes) -> int | ErrorResult:
-    state = _worker()
-    try:
-        request = parse_count_tokens_request(body)
-        return state.registry.get(request.model).adapter().count_tokens(request)
-    except ProxyError as error:
-        return ErrorResult(error.error_type, error.message)
-
-
-def warm(family_models: list[str]) -> int:
-    """Load each model's tokenizer now, so the first request does not pay for it."""
-    state = _worker()
-    for model in family_models:
-        state.registry.get(model).adapter()
-    return len(family_models)
-
-
-class CpuWorkers:
-    """`processes` single-process executors with session affinity (0: one thread, in process)."""
-
-    def __init__(
-        self,
-        registry: ModelRegistry,
-        processes: int,
-        cache_sessions: int = 256,
-        cache_tokens: int = 8_000_000,
-    ):
-        init = (registry.to_json(), cache_sessions, cache_tokens)
-        self._executors: list[Executor]
-        if processes > 0:
-            self._executors = [
-                ProcessPoolExecutor(1, initializer=_init_worker, initargs=(*init, True))
-                for _ in range(processes)
-            ]
+    def _resolve(self, request_id: int, result: Any) -> None:
+        future = self.waiting.pop(request_id, None)
+        if future is None or future.done():
+            return
+        if isinstance(result, _Crash):
+            future.set_exception(
+                ProxyError("api_error", f"internal error in proxy worker {self.index}")
+            )
+            log.error("proxy worker %d failed:\n%s", self.index, result.description)
         else:
-            self._executors = [
-                ThreadPoolExecutor(1, initializer=_init_worker, initargs=(*init, False))
-            ]
-        self._next = itertools.cycle(range(len(self._executors)))
+            future.set_result(result)
+
+    def _died(self) -> None:
+        self.alive = False
+        for future in self.waiting.values():
+            if not future.done():
+                future.set_exception(
+                    ProxyError(
+                        "api_error",
+                        f"proxy worker {self.index} exited during the call; retry it",
+                    )
+                )
+        self.waiting.clear()
+
+
+class CallWorkers:
+    """`processes` worker processes with session affinity (0: one worker on a thread)."""
+
+    def __init__(self, config: WorkerConfig, processes: int):
+        self.config = config
+        self.processes = processes
+        self._workers: list[_Worker] = []
+        self._ids = itertools.count()
+        self._next = itertools.cycle(range(max(1, processes)))
+
+    def start(self) -> None:
+        """Start the workers; call from the event loop that will await their answers."""
+        loop = asyncio.get_running_loop()
+        pipes = [multiprocessing.Pipe() for _ in range(max(1, self.processes))]
+        servers = [server for server, _ in pipes]
+        for index, (server, worker) in enumerate(pipes):
+            runner: multiprocessing.process.BaseProcess | threading.Thread
+            if self.processes > 0:
+                runner = multiprocessing.get_context("fork").Process(
+                    target=_serve,
+                    args=(worker, self.config, servers, True),
+                    name=f"proxy-worker-{index}",
+                    daemon=True,
+                )
+            else:
+                runner = threading.Thread(
+                    target=_serve, args=(worker, self.config, [], False), daemon=True
+                )
+            self._workers.append(_Worker(index, server, runner, loop))
+        # Every process is forked before any thread of this one starts.
+        for entry in self._workers:
+            entry.runner.start()
+        if self.processes > 0:
+            # Only the worker holds its end, so the server sees the pipe close when it dies.
+            for _, worker in pipes:
+                worker.close()
+        for entry in self._workers:
+            entry.start_io()
 
     def choose(self, scope: CacheScope | None) -> int:
         if scope is None:
             return next(self._next)
         key = "\0".join((scope.owner, scope.credential, scope.model, scope.session, scope.agent))
-        return zlib.crc32(key.encode()) % len(self._executors)
+        return zlib.crc32(key.encode()) % len(self._workers)
 
-    async def call(self, worker: int, function, *args):
-        return await asyncio.get_running_loop().run_in_executor(
-            self._executors[worker], function, *args
-        )
+    async def call(self, worker: int, function: str, *args: Any) -> Any:
+        entry = self._workers[worker]
+        if not entry.alive:
+            raise ProxyError("api_error", f"proxy worker {worker} has exited; restart the proxy")
+        request_id = next(self._ids)
+        future = entry.loop.create_future()
+        entry.waiting[request_id] = future
+        entry.outbox.put((request_id, function, args))
+        try:
+            return await future
+        finally:
+            entry.waiting.pop(request_id, None)
+
+    def tell(self, worker: int, function: str, *args: Any) -> None:
+        """Send a request whose answer nobody waits for."""
+        self._workers[worker].outbox.put((next(self._ids), function, args))
 
     async def warm(self, models: list[str]) -> None:
-        await asyncio.gather(*(self.call(i, warm, models) for i in range(len(self._executors))))
+        await asyncio.gather(*(self.call(i, "warm", models) for i in range(len(self._workers))))
 
     def shutdown(self) -> None:
-        for executor in self._executors:
-            executor.shutdown(wait=False, cancel_futures=True)
+        """Stop the workers; the server has finished its calls by now."""
+        for entry in self._workers:
+            entry.outbox.put(None)
+        for entry in self._workers:
+            if isinstance(entry.runner, threading.Thread):
+                # The worker thread sees its pipe close and stops its loop.
+                entry.connection.close()
+            else:
+                entry.runner.terminate()
+            entry.runner.join(timeout=5)

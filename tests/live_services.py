@@ -97,8 +97,9 @@ def claude_code() -> Path:
 def platform(
     monkeypatch: pytest.MonkeyPatch, *, scripted: bool = True
 ) -> Iterator[tuple[str, Proxy]]:
-    """Model service and proxy, with the platform's settings pointing at this proxy."""
+    """Model service and proxy, with the platform's settings pointing at both."""
     with model_service(scripted=scripted) as model_url, capture_proxy(model_url) as proxy:
         monkeypatch.setenv("SYNTH_PROXY_URL", proxy.url)
+        monkeypatch.setenv("SYNTH_MODEL_SERVICE_URL", model_url)
         settings.cache_clear()
         yield model_url, proxy

@@ -67,17 +67,19 @@ def mint_attempt_token(identity: AttemptIdentity, ttl_sec: int) -> str:
 def model_limits(proxy_url: str, token: str, model: str) -> tuple[int, int]:
     """(context window, output limit) of the bound model, as the proxy serves it."""
     try:
-        listed = httpx.get(f"{proxy_url}/v1/models", headers={"x-api-key": token}, timeout=30)
-        listed.raise_for_status()
+        found = httpx.get(
+            f"{proxy_url}/v1/models/{model}", headers={"x-api-key": token}, timeout=30
+        )
     except httpx.HTTPError as error:
         raise ModelUnavailableError(
             f"the capture proxy at {proxy_url} is not reachable ({error}); start it with "
             "`synth up` or `synth proxy serve`"
         ) from None
-    for entry in listed.json()["data"]:
-        if entry["id"] == model:
-            return entry["max_input_tokens"], entry["max_tokens"]
-    raise ModelUnavailableError(f"the capture proxy does not serve model {model!r}")
+    if found.status_code != 200:
+        message = found.json().get("error", {}).get("message", found.text)
+        raise ModelUnavailableError(f"the capture proxy refuses model {model!r}: {message}")
+    entry = found.json()
+    return entry["max_input_tokens"], entry["max_tokens"]
 
 
 async def _route(environment: BaseEnvironment, proxy_url: str) -> str:

@@ -100,6 +100,12 @@ class TrainPlan(ExecutionSettings):
     max_tokens: int = Field(default=512, ge=1)
     temperature: float = Field(default=1.0, ge=0)
     eligibility: Eligibility = Field(default_factory=Eligibility)
+    seed: int = 0
+    continue_optimizer: bool = Field(
+        default=False,
+        description="when the model binding is a checkpoint: continue its optimizer state "
+        "(True) or start new training from its weights with a fresh optimizer (False)",
+    )
 
     @model_validator(mode="after")
     def _length(self) -> TrainPlan:

@@ -133,3 +133,35 @@ evidence_calls = Table(
     Column("role", String(20), nullable=False),
     Index("ix_evidence_calls_attempt", "attempt_id"),
 )
+
+checkpoints = Table(
+    "checkpoints",
+    metadata,
+    Column("sampler_path", String(400), primary_key=True),
+    Column("run_id", String(40), nullable=False),
+    Column("batch", String(80), nullable=False),
+    Column("batch_index", Integer, nullable=False),
+    Column("state_path", String(400), nullable=False),
+    Column("base_model", String(200), nullable=False),
+    Column("owner", String(100), nullable=False),
+    Column("dataset_cursor", Integer, nullable=False),
+    Column("optimizer_steps", Integer, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Index("ix_checkpoints_run", "run_id", "batch_index"),
+)
+
+policy_updates = Table(
+    "policy_updates",
+    metadata,
+    Column("run_id", String(40), nullable=False),
+    Column("batch", String(80), nullable=False),
+    Column("batch_index", Integer, nullable=False),
+    Column("status", String(20), nullable=False),
+    Column("datums", Integer, nullable=False),
+    Column("state_path", String(400), nullable=True),
+    Column("metrics_json", Text, nullable=False),
+    Column("marked_at", DateTime(timezone=True), nullable=False),
+    Column("resolved_at", DateTime(timezone=True), nullable=True),
+    Column("resolution", Text, nullable=True),
+    PrimaryKeyConstraint("run_id", "batch"),
+)

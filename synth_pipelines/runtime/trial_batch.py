@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from harbor.models.task.task import Task
@@ -40,10 +40,14 @@ async def run_batch_trials(
     engine: Engine,
     work_dir: Path,
     *,
+    model: str | None,
     verify: bool,
     on_outcome: Callable[[TrialOutcome], None] = lambda outcome: None,
+    on_group: Callable[[list[TrialOutcome]], Awaitable[None]] | None = None,
 ) -> list[TrialOutcome]:
-    actor = Actor.of(spec.actor, spec.model)
+    """Run every attempt; `on_group` gets each group's outcomes as soon as all are in,
+    while other groups may still be running."""
+    actor = Actor.of(spec.actor, model)
     settings = spec.plan
     admission = ResourceAdmission(settings.budget)
     trials_dir = work_dir / "trials" / plan.batch
@@ -54,6 +58,8 @@ async def run_batch_trials(
         for group in plan.groups
     }
     demands = {index: demand_for(task_dir, settings) for index, task_dir in task_dirs.items()}
+    finished: dict[int, list[TrialOutcome]] = {group.index: [] for group in plan.groups}
+    group_work: list[asyncio.Task] = []
 
     async def attempt(group_index: int, attempt_index: int, attempt_id: str) -> TrialOutcome:
         group = plan.groups[group_index]
@@ -83,14 +89,17 @@ async def run_batch_trials(
             },
         )
         on_outcome(outcome)
+        finished[group_index].append(outcome)
+        if on_group is not None and len(finished[group_index]) == len(group.attempt_ids):
+            group_work.append(asyncio.ensure_future(on_group(finished[group_index])))
         return outcome
 
-    return list(
-        await asyncio.gather(
-            *(
-                attempt(group.index, a, attempt_id)
-                for group in plan.groups
-                for a, attempt_id in enumerate(group.attempt_ids)
-            )
+    outcomes = await asyncio.gather(
+        *(
+            attempt(group.index, a, attempt_id)
+            for group in plan.groups
+            for a, attempt_id in enumerate(group.attempt_ids)
         )
     )
+    await asyncio.gather(*group_work)
+    return list(outcomes)

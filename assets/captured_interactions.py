@@ -1,0 +1,16 @@
+"""`captured_interactions[batch]`: the capture proxy's published evidence.
+
+The proxy writes it (create-only Parquet chunks with full-object SHA-256) and reports
+each chunk as a materialization of the attempt's batch, so the asset is external."""
+
+import dagster as dg
+
+from assets.partitions import batches
+
+captured_interactions = dg.AssetSpec(
+    "captured_interactions",
+    partitions_def=batches,
+    description="Exact prompt tokens, sampled tokens and sampler logprobs of every model call.",
+    group_name="batches",
+    kinds={"parquet"},
+)

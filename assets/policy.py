@@ -1,0 +1,34 @@
+"""`policy[batch]`: the sampler snapshot bound to the batch (S0, S1, ...).
+
+For a training run, batch k > 0 is bound to the checkpoint batch k-1 committed; the
+asset fails, naming the missing checkpoint, if it is not there yet. The sensor admits
+batch k+1 only after checkpoint k, and this is the guard against any other launch."""
+
+import dagster as dg
+import pyarrow as pa
+
+from assets.partitions import batches
+from resources.control_database import ControlDatabase
+from synth_pipelines.contracts.learning import PolicyBinding
+from synth_pipelines.contracts.run_spec import parse_batch_key
+from synth_pipelines.control.runs import get_run
+from synth_pipelines.learning.policy import PolicyGateError, bind_policy
+
+
+@dg.asset(partitions_def=batches, io_manager_key="table_io", group_name="batches", kinds={"tinker"})
+def policy(context: dg.AssetExecutionContext, control: ControlDatabase) -> dg.Output[pa.Table]:
+    run_id, index = parse_batch_key(context.partition_key)
+    spec = get_run(control.engine(), run_id).spec
+    try:
+        binding = bind_policy(control.engine(), spec, index)
+    except PolicyGateError as error:
+        raise dg.Failure(description=str(error)) from None
+    return dg.Output(
+        PolicyBinding.to_table([binding]),
+        metadata={
+            "sampler": binding.sampler,
+            "base_model": binding.base_model,
+            "source": binding.source,
+            "trainer_state": binding.trainer_state or "",
+        },
+    )

@@ -1,0 +1,55 @@
+"""Tables of the learning path: the policy bound to a batch, qualified attempts, datums."""
+
+from __future__ import annotations
+
+from synth_pipelines.contracts.table import TableRow
+
+
+class PolicyBinding(TableRow):
+    """`policy[batch]`: the sampler every attempt of the batch samples through, and the
+    trainer state the batch's update starts from."""
+
+    run_id: str
+    batch: str
+    index: int
+    sampler: str
+    base_model: str
+    trainer_state: str | None
+    optimizer_state: bool
+    source: str
+
+
+class QualifiedAttempt(TableRow):
+    """One attempt's standing for learning: qualified with an advantage, or excluded with
+    the reason. Exclusions are settled before advantages, so an excluded attempt never
+    changes its siblings' advantages."""
+
+    run_id: str
+    batch: str
+    attempt_id: str
+    group_index: int
+    task_name: str
+    reward: float | None
+    calls: int
+    qualified: bool
+    exclusion: str | None
+    group_qualified: bool
+    group_exclusion: str | None
+    advantage: float | None
+
+
+class DatumRow(TableRow):
+    """One packed learning input, exactly as `trajectory_to_data` built it."""
+
+    run_id: str
+    batch: str
+    attempt_id: str
+    group_index: int
+    agent_id: str
+    datum_index: int
+    advantage: float
+    model_input: list[int]
+    target_tokens: list[int]
+    logprobs: list[float]
+    advantages: list[float]
+    mask: list[float]

@@ -1,0 +1,40 @@
+"""Asking the capture proxy to publish what it has staged, before evidence is read."""
+
+from __future__ import annotations
+
+import httpx
+
+from synth_pipelines.config import settings
+
+
+class EvidenceFlushError(RuntimeError):
+    pass
+
+
+def flush_evidence(run_id: str) -> dict:
+    """Publish every staged call now; returns the proxy's counts."""
+    from proxy.credentials import load_signing_key, mint_token
+
+    config = settings()
+    token = mint_token(
+        load_signing_key(config.signing_key_path),
+        run_id=run_id,
+        attempt_id="*",
+        owner=config.owner,
+        model="*",
+        ttl_sec=300,
+        role="operator",
+    )
+    try:
+        response = httpx.post(
+            f"{config.proxy_url}/internal/evidence/flush",
+            json={},
+            headers={"x-api-key": token},
+            timeout=120,
+        )
+        response.raise_for_status()
+    except httpx.HTTPError as error:
+        raise EvidenceFlushError(
+            f"could not publish the capture proxy's staged evidence at {config.proxy_url}: {error}"
+        ) from None
+    return response.json()

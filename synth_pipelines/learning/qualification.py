@@ -1,0 +1,120 @@
+"""Which attempts and groups can teach the model, and their group-relative advantages.
+
+Eligibility is settled before advantages: an attempt without a valid reward or without
+trustworthy evidence is excluded with its reason, and only then are the remaining rewards
+centered within the group by tinker-cookbook's `compute_advantages`. A valid zero reward
+is a learning outcome; missing or invalid evidence is an exclusion.
+"""
+
+from __future__ import annotations
+
+import math
+
+import tinker
+from tinker_cookbook.rl.data_processing import compute_advantages
+from tinker_cookbook.rl.types import Trajectory, TrajectoryGroup
+
+from synth_pipelines.contracts.assessment import Assessment
+from synth_pipelines.contracts.interaction import Interaction
+from synth_pipelines.contracts.learning import QualifiedAttempt
+from synth_pipelines.contracts.plan import Eligibility
+from synth_pipelines.contracts.trial import TrialOutcome
+
+
+def actor_calls(calls: list[Interaction]) -> list[Interaction]:
+    """Only the actor's own calls train the actor (never a judge's)."""
+    return [call for call in calls if call.role == "actor"]
+
+
+def attempt_exclusion(
+    assessment: Assessment | None,
+    calls: list[Interaction],
+    evidence_problem: str | None,
+    sampler: str,
+) -> str | None:
+    if assessment is None or not assessment.valid or assessment.reward is None:
+        reason = assessment.reason if assessment is not None else "not assessed"
+        return f"no valid reward ({reason})"
+    if not math.isfinite(assessment.reward):
+        return f"reward {assessment.reward} is not finite"
+    if evidence_problem is not None:
+        return f"evidence unusable: {evidence_problem}"
+    if not calls:
+        return "no captured model calls"
+    for call in calls:
+        if not call.aligned:
+            return (
+                f"call {call.call_id}: {len(call.completion_tokens)} sampled tokens but "
+                f"{len(call.logprobs)} logprobs"
+            )
+        if not all(math.isfinite(lp) for lp in call.logprobs):
+            return f"call {call.call_id}: a sampler logprob is not finite"
+        if not call.prompt_tokens:
+            return f"call {call.call_id}: empty prompt"
+        if call.sampler != sampler:
+            return (
+                f"call {call.call_id} was sampled by {call.sampler}, "
+                f"not this batch's policy {sampler}"
+            )
+    return None
+
+
+def group_exclusion(rewards: list[float], eligibility: Eligibility) -> str | None:
+    if len(rewards) < eligibility.min_qualified_attempts:
+        return (
+            f"{len(rewards)} qualified attempt(s), fewer than the "
+            f"{eligibility.min_qualified_attempts} the plan requires"
+        )
+    if eligibility.drop_constant_reward_groups and len(set(rewards)) == 1:
+        return f"no reward signal: all {len(rewards)} qualified attempts scored {rewards[0]:g}"
+    return None
+
+
+def qualify_group(
+    outcomes: list[TrialOutcome],
+    assessments: dict[str, Assessment],
+    calls: dict[str, list[Interaction]],
+    problems: dict[str, str],
+    eligibility: Eligibility,
+    sampler: str,
+) -> list[QualifiedAttempt]:
+    standing = []
+    for outcome in outcomes:
+        assessment = assessments.get(outcome.attempt_id)
+        mine = actor_calls(calls.get(outcome.attempt_id, []))
+        exclusion = attempt_exclusion(assessment, mine, problems.get(outcome.attempt_id), sampler)
+        standing.append((outcome, assessment, mine, exclusion))
+    qualified = [(o, a) for o, a, _, excluded in standing if excluded is None]
+    rewards = [a.reward for _, a in qualified]
+    why_not = group_exclusion(rewards, eligibility)
+    advantages: dict[str, float] = {}
+    if why_not is None:
+        group = TrajectoryGroup(
+            trajectories_G=[
+                Trajectory(transitions=[], final_ob=tinker.ModelInput.empty()) for _ in qualified
+            ],
+            final_rewards_G=rewards,
+            metrics_G=[{} for _ in qualified],
+        )
+        (advantages_G,) = compute_advantages([group])
+        advantages = {
+            o.attempt_id: float(value)
+            for (o, _), value in zip(qualified, advantages_G, strict=True)
+        }
+    return [
+        QualifiedAttempt(
+            run_id=outcome.run_id,
+            batch=outcome.batch,
+            attempt_id=outcome.attempt_id,
+            group_index=outcome.group_index,
+            task_name=outcome.task_name,
+            reward=assessment.reward if assessment is not None else None,
+            calls=len(mine),
+            qualified=exclusion is None,
+            exclusion=exclusion,
+            group_qualified=why_not is None,
+            group_exclusion=why_not,
+            advantage=advantages.get(outcome.attempt_id),
+        )
+        for outcome, assessment, mine, exclusion in standing
+    ]
