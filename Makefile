@@ -29,11 +29,14 @@ $(CLAUDE):
 	@test -x $(CLAUDE) || node .tools/claude-code/node_modules/@anthropic-ai/claude-code/install.cjs
 	$(CLAUDE) --version
 
+# The embedded model service serves the learning demo's base model.
+demo: export SYNTH_BASE_MODEL = synth/qwen3-learner
 demo: setup
 	$(SYNTH) up
 	$(SYNTH) dataset publish datasets/sample --name synth/sample --version v1
 	$(SYNTH) run start --dataset synth/sample@v1 --actor @profiles/oracle.json \
 		--plan @plans/eval.json --idempotency-key demo-oracle-eval-v1 --wait
+	scripts/demo-learning.sh
 	@echo "Dagster UI: http://127.0.0.1:3000 (Assets > trials / assessments, partitions per batch; Runs tagged synth/run)"
 
 test: setup lint

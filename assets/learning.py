@@ -1,5 +1,8 @@
 """The learning assets of a training batch: qualified groups, datums, the policy update
-and the checkpoint that binds the next batch."""
+and the checkpoint that binds the next batch.
+
+The learning code (tinker-cookbook, and torch under it) is imported inside the asset
+bodies, so loading the code location stays fast for every other job."""
 
 import base64
 
@@ -20,9 +23,6 @@ from synth_pipelines.control.policy_updates import UnresolvedUpdateError
 from synth_pipelines.control.runs import get_run
 from synth_pipelines.control.table_outputs import load_table
 from synth_pipelines.evidence.flush import flush_evidence
-from synth_pipelines.learning.batch_learning import learn_from
-from synth_pipelines.learning.curves import reward_curve_png
-from synth_pipelines.learning.update import apply_update, commit_checkpoint
 
 
 def _train_spec(control: ControlDatabase, partition: str) -> tuple[RunSpec, int, TrainPlan]:
@@ -47,6 +47,8 @@ def qualified_groups(
     control: ControlDatabase,
     objects: ObjectStoreResource,
 ) -> dg.Output[pa.Table]:
+    from synth_pipelines.learning.batch_learning import learn_from
+
     spec, _, plan = _train_spec(control, context.partition_key)
     (binding,) = PolicyBinding.from_table(policy)
     flush_evidence(spec.run_id)
@@ -93,6 +95,8 @@ def datums(
     control: ControlDatabase,
     objects: ObjectStoreResource,
 ) -> dg.Output[pa.Table]:
+    from synth_pipelines.learning.batch_learning import learn_from
+
     _, _, plan = _train_spec(control, context.partition_key)
     (binding,) = PolicyBinding.from_table(policy)
     learned = learn_from(
@@ -128,6 +132,8 @@ def policy_update(
     control: ControlDatabase,
     training: TrainingService,
 ) -> dg.MaterializeResult:
+    from synth_pipelines.learning.update import apply_update
+
     spec, index, plan = _train_spec(control, context.partition_key)
     (binding,) = PolicyBinding.from_table(policy)
     update = training.update_for(binding, plan)
@@ -144,6 +150,8 @@ def _reward_curve(
     control: ControlDatabase, objects: ObjectStoreResource, spec: RunSpec, index: int
 ) -> dict:
     """The run's mean reward per batch so far, as a PNG in the object store and inline."""
+    from synth_pipelines.learning.curves import reward_curve_png
+
     store = objects.store()
     rewards = []
     for k in range(index + 1):
@@ -170,6 +178,8 @@ def checkpoints(
     objects: ObjectStoreResource,
     training: TrainingService,
 ) -> dg.MaterializeResult:
+    from synth_pipelines.learning.update import commit_checkpoint
+
     spec, index, plan = _train_spec(control, context.partition_key)
     (binding,) = PolicyBinding.from_table(policy)
     checkpoint = commit_checkpoint(

@@ -1,10 +1,11 @@
 """The batch gate: admits accepted runs and advances each run one batch at a time.
 
-Batch k+1 is admitted only after batch k's terminal asset (assessments for an
-evaluation, trials for unscored execution; the checkpoint for training) is
-materialized. The sensor walks the control database's events and each terminal
-asset's materializations in order with its own cursors, and every request carries a
-run key, so a re-evaluated tick never launches a batch twice.
+Batch k+1 is admitted only after batch k's terminal asset (the checkpoint for training,
+assessments for an evaluation, trials for unscored execution) is materialized. The sensor
+walks the control database's events and each terminal asset's materializations in order
+with its own cursors, and every request carries a run key, so a re-evaluated tick never
+launches a batch twice. A resumed run relaunches only the steps of its unfinished batch
+that did not complete.
 """
 
 import json
@@ -12,13 +13,13 @@ from dataclasses import asdict, dataclass, field
 
 import dagster as dg
 
-from assets.jobs import BATCH_JOBS, TERMINAL_ASSETS, pin_run_spec
+from assets.jobs import BATCH_ASSETS, BATCH_JOBS, TERMINAL_ASSETS, pin_run_spec, warm_start_job
 from assets.partitions import batches, runs
 from synth_pipelines.contracts.run_spec import batch_key, parse_batch_key
 from synth_pipelines.control.database import control_engine
-from synth_pipelines.control.events import read_events
+from synth_pipelines.control.events import RunEvent, read_events
 from synth_pipelines.control.runs import RunRecord, get_run
-from synth_pipelines.runtime.lifecycle import fail_run
+from synth_pipelines.runtime.lifecycle import interrupt_run
 
 
 @dataclass
@@ -34,18 +35,53 @@ class GateCursor:
         return json.dumps(asdict(self), sort_keys=True)
 
 
-def batch_request(run: RunRecord, index: int) -> dg.RunRequest:
+def batch_request(
+    run: RunRecord,
+    index: int,
+    *,
+    run_key: str | None = None,
+    assets: list[dg.AssetKey] | None = None,
+) -> dg.RunRequest:
     key = batch_key(run.run_id, index)
     return dg.RunRequest(
-        run_key=key,
+        run_key=run_key or key,
         job_name=BATCH_JOBS[run.kind].name,
         partition_key=key,
+        asset_selection=assets,
         tags={"synth/run": run.run_id, "synth/batch": key, "synth/kind": run.kind},
     )
 
 
+def warm_start_request(run: RunRecord, run_key: str) -> dg.RunRequest:
+    return dg.RunRequest(
+        run_key=run_key,
+        job_name=warm_start_job.name,
+        partition_key=run.run_id,
+        tags={"synth/run": run.run_id, "synth/kind": run.kind},
+    )
+
+
+def _resume(context: dg.SensorEvaluationContext, event: RunEvent, run: RunRecord):
+    """Relaunch the batch from its first step without a materialization of this partition."""
+    partition = event.data["batch"]
+    _, index = parse_batch_key(partition)
+    order = [asset.key for asset in BATCH_ASSETS[run.kind]]
+
+    def materialized(key: dg.AssetKey) -> bool:
+        return bool(
+            context.instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=1
+            ).records
+        )
+
+    first = next((i for i, key in enumerate(order) if not materialized(key)), len(order) - 1)
+    return partition, batch_request(
+        run, index, run_key=f"{partition}.resume{event.seq}", assets=order[first:]
+    )
+
+
 @dg.sensor(
-    jobs=[pin_run_spec, *BATCH_JOBS.values()],
+    jobs=[pin_run_spec, warm_start_job, *BATCH_JOBS.values()],
     minimum_interval_seconds=2,
     default_status=dg.DefaultSensorStatus.RUNNING,
 )
@@ -56,13 +92,22 @@ def batch_gate(context: dg.SensorEvaluationContext) -> dg.SensorResult:
     new_runs: list[str] = []
     new_batches: list[str] = []
 
-    for event in read_events(engine, after=cursor.events, kinds=("run.accepted",), limit=200):
+    for event in read_events(
+        engine, after=cursor.events, kinds=("run.accepted", "run.resumed"), limit=200
+    ):
         cursor.events = event.seq
         run = get_run(engine, event.run_id)
         if run.finished:
             continue
+        if run.kind == "warm_start" and event.kind == "run.resumed":
+            requests.append(warm_start_request(run, f"warm:{run.run_id}.resume{event.seq}"))
+            continue
+        if event.kind == "run.resumed":
+            partition, request = _resume(context, event, run)
+            new_batches.append(partition)
+            requests.append(request)
+            continue
         new_runs.append(run.run_id)
-        new_batches.append(batch_key(run.run_id, 0))
         requests.append(
             dg.RunRequest(
                 run_key=f"spec:{run.run_id}",
@@ -71,6 +116,10 @@ def batch_gate(context: dg.SensorEvaluationContext) -> dg.SensorResult:
                 tags={"synth/run": run.run_id},
             )
         )
+        if run.kind == "warm_start":
+            requests.append(warm_start_request(run, f"warm:{run.run_id}"))
+            continue
+        new_batches.append(batch_key(run.run_id, 0))
         requests.append(batch_request(run, 0))
 
     for asset in sorted(set(TERMINAL_ASSETS.values())):
@@ -98,7 +147,7 @@ def batch_gate(context: dg.SensorEvaluationContext) -> dg.SensorResult:
             request
             for request in (
                 runs.build_add_request(new_runs) if new_runs else None,
-                batches.build_add_request(new_batches) if new_batches else None,
+                batches.build_add_request(sorted(set(new_batches))) if new_batches else None,
             )
             if request is not None
         ],
@@ -107,12 +156,13 @@ def batch_gate(context: dg.SensorEvaluationContext) -> dg.SensorResult:
 
 
 @dg.run_failure_sensor(
-    monitored_jobs=list(BATCH_JOBS.values()), default_status=dg.DefaultSensorStatus.RUNNING
+    monitored_jobs=[warm_start_job, *BATCH_JOBS.values()],
+    default_status=dg.DefaultSensorStatus.RUNNING,
 )
 def batch_failure(context: dg.RunFailureSensorContext) -> None:
     run_id = context.dagster_run.tags.get("synth/run")
     if run_id:
-        fail_run(
+        interrupt_run(
             control_engine(),
             run_id,
             "a batch failed",

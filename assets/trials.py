@@ -18,11 +18,10 @@ from synth_pipelines.contracts.run_spec import parse_batch_key
 from synth_pipelines.contracts.trial import TrialOutcome
 from synth_pipelines.control.runs import get_run
 from synth_pipelines.evidence.flush import flush_evidence
-from synth_pipelines.learning.batch_learning import learn_from
+from synth_pipelines.runtime.assessing import Assessor, trial_assessment
 from synth_pipelines.runtime.batch_plan import plan_batch
 from synth_pipelines.runtime.lifecycle import complete_batch, start_batch
 from synth_pipelines.runtime.trial_batch import run_batch_trials
-from synth_pipelines.runtime.verifier_assessments import verifier_assessment
 
 
 @dg.asset(
@@ -60,6 +59,8 @@ async def trials(
 
     on_group = None
     if isinstance(spec.plan, TrainPlan):
+        from synth_pipelines.learning.batch_learning import learn_from
+
         update = training.update_for(binding, spec.plan)
 
         async def on_group(outcomes: list[TrialOutcome]) -> None:
@@ -70,7 +71,7 @@ async def trials(
                 spec.plan,
                 binding.sampler,
                 outcomes,
-                [verifier_assessment(o) for o in outcomes],
+                [trial_assessment(o, Assessor.of(spec.judge)) for o in outcomes],
             )
             await update.submit(learned.datums)
             context.log.info(

@@ -12,7 +12,7 @@ in-process, no HTTP. For each size it times:
 and prints p50 / p90 milliseconds and the uncached / cached ratio measured in this run. A last
 table times the other families' uncached render of the first request.
 
-    .venv/bin/python benchmarks/render.py [--reps 30]
+    .venv/bin/python -m benchmarks.render [--reps 30]
 """
 
 from __future__ import annotations
@@ -20,15 +20,10 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-from claude_code_requests import first_request, grown_conversation
-
+from benchmarks.claude_code_requests import first_request, grown_conversation
 from proxy.adapters import adapter_for
 from proxy.messages import parse_messages_request
 from proxy.prefix_cache import CacheScope, PrefixCache

@@ -11,6 +11,7 @@ learning record come from the same prepared prompt and sampled output.
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -19,20 +20,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from pydantic import BaseModel
+from starlette.exceptions import HTTPException
 
 from proxy.auth import Authenticated, require_role
 from proxy.capture import CaptureSink, report_to_dagster
 from proxy.checkpoint_models import checkpoint_lookup
 from proxy.credentials import load_signing_key
-from proxy.errors import ProxyError
+from proxy.errors import ErrorDetail, ErrorResponse, ErrorType, ProxyError, field_path
 from proxy.messages import (
+    CountTokensRequest,
     CountTokensResponse,
     Message,
     MessageDelta,
     MessageDeltaEvent,
     MessageDeltaUsage,
+    MessagesRequest,
     MessageStartEvent,
     MessageStopEvent,
     PingEvent,
@@ -42,7 +47,9 @@ from proxy.messages import (
 )
 from proxy.metrics import ProxyMetrics
 from proxy.model_registry import ModelRegistry, TinkerRoute
+from proxy.openapi import error_responses, install_openapi, json_request_body
 from proxy.prefix_cache import CacheScope
+from proxy.request_body import json_body
 from proxy.worker_calls import CallRecord, ErrorResult, Finished, Prepared, WorkerConfig
 from proxy.workers import CallWorkers
 from synth_pipelines.control.database import engine_for
@@ -89,6 +96,24 @@ def _error_response(error: ProxyError) -> JSONResponse:
     return JSONResponse(error.response().model_dump(), status_code=error.status_code)
 
 
+def _http_error_type(status_code: int) -> ErrorType:
+    if status_code == 404:
+        return "not_found_error"
+    if status_code == 413:
+        return "request_too_large"
+    return "invalid_request_error"
+
+
+_MESSAGE_RESPONSES = {
+    200: {
+        "model": Message,
+        "description": "The message; with `stream: true`, Anthropic's server-sent events",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    },
+    **error_responses(400, 401, 403, 404, 413, 500, 529),
+}
+
+
 def _identity(request: Request) -> tuple[str, str | None, str | None, str | None]:
     """(agent id, parent agent id, agent type, native session) from the harness's headers."""
     headers = request.headers
@@ -116,6 +141,9 @@ def create_app(config: ProxyConfig) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         spool = Spool(config.state_dir / "spool")
+        # No worker runs yet, so an incomplete staged call is one whose response never
+        # completed (the proxy stopped while sampling it).
+        spool.discard_incomplete()
         workers = CallWorkers(
             WorkerConfig(
                 registry_json=config.registry.to_json(),
@@ -126,7 +154,7 @@ def create_app(config: ProxyConfig) -> FastAPI:
             ),
             config.workers,
         )
-        workers.start()
+        await workers.start()
         # The workers load their tokenizers while this process opens the evidence store.
         warming = asyncio.ensure_future(
             workers.warm([entry.id for entry in config.registry.entries()][:1])
@@ -156,6 +184,8 @@ def create_app(config: ProxyConfig) -> FastAPI:
             workers.shutdown()
             raise
         state.capture.start()
+        # Everything loaded so far lives as long as the server; full collections skip it.
+        gc.freeze()
         state_holder["state"] = state
         app.state.proxy = state
         try:
@@ -173,30 +203,52 @@ def create_app(config: ProxyConfig) -> FastAPI:
     async def _proxy_error(_request: Request, error: ProxyError) -> JSONResponse:
         return _error_response(error)
 
+    @app.exception_handler(RequestValidationError)
+    async def _invalid_body(_request: Request, error: RequestValidationError) -> JSONResponse:
+        problem = error.errors()[0]
+        detail = f"{field_path(tuple(problem['loc'][1:]))}: {problem['msg']}"
+        return _error_response(ProxyError("invalid_request_error", detail))
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, error: HTTPException) -> JSONResponse:
+        # Starlette's own refusals (no such route, wrong method) in Anthropic's shape.
+        message = f"{request.method} {request.url.path}: {error.detail}"
+        body = ErrorResponse(
+            error=ErrorDetail(type=_http_error_type(error.status_code), message=message)
+        )
+        return JSONResponse(body.model_dump(), status_code=error.status_code, headers=error.headers)
+
     @app.get("/health")
     async def health() -> dict:
         state = get_state()
         return {"status": "ok", "evidence_pending": state.capture.spool.pending()}
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics() -> Response:
         state = get_state()
         state.metrics.staged_pending.set(state.capture.spool.pending())
         state.metrics.published_calls.set(state.capture.published_calls)
         return Response(state.metrics.render(), media_type="text/plain; version=0.0.4")
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", responses=error_responses(401))
     async def models(_who: Authenticated) -> dict:
         return get_state().registry.model_list().model_dump()
 
-    @app.get("/v1/models/{model_id:path}")
-    async def model(model_id: str, _who: Authenticated) -> dict:
-        return get_state().registry.get(model_id).model_info().model_dump()
+    @app.get("/v1/models/{model_id:path}", responses=error_responses(401, 403, 404))
+    async def model(model_id: str, who: Authenticated) -> dict:
+        registry = get_state().registry
+        who.check_checkpoint_owner(model_id, registry.checkpoint(model_id))
+        return registry.get(model_id).model_info().model_dump()
 
-    @app.post("/v1/messages/count_tokens")
+    @app.post(
+        "/v1/messages/count_tokens",
+        response_model=CountTokensResponse,
+        responses=error_responses(400, 401, 404, 413),
+        openapi_extra=json_request_body(CountTokensRequest),
+    )
     async def count_tokens(request: Request, _who: Authenticated) -> JSONResponse:
         state = get_state()
-        body = await request.body()
+        body = await json_body(request)
         async with state.counting:
             result = await state.workers.call(state.workers.choose(None), "count", body)
         if isinstance(result, ErrorResult):
@@ -205,7 +257,7 @@ def create_app(config: ProxyConfig) -> FastAPI:
         state.metrics.requests.labels("count_tokens", "ok").inc()
         return JSONResponse(CountTokensResponse(input_tokens=result).model_dump())
 
-    @app.post("/internal/evidence/flush")
+    @app.post("/internal/evidence/flush", responses=error_responses(400, 401, 403))
     async def flush(_body: FlushRequest, who: Authenticated) -> FlushResponse:
         require_role(who, "operator")
         state = get_state()
@@ -216,11 +268,16 @@ def create_app(config: ProxyConfig) -> FastAPI:
             pending_calls=state.capture.spool.pending(),
         )
 
-    @app.post("/v1/messages")
+    @app.post(
+        "/v1/messages",
+        response_model=Message,
+        responses=_MESSAGE_RESPONSES,
+        openapi_extra=json_request_body(MessagesRequest),
+    )
     async def messages(request: Request, who: Authenticated) -> Response:
         state = get_state()
         received = time.monotonic()
-        body = await request.body()
+        body = await json_body(request)
         agent_id, parent_agent_id, agent_type, session = _identity(request)
         claims = who.claims
         scope = CacheScope(
@@ -250,12 +307,14 @@ def create_app(config: ProxyConfig) -> FastAPI:
             run_id=claims.run_id,
             batch=claims.batch,
             attempt_id=claims.attempt_id,
+            trial_id=claims.trial_id,
             owner=claims.owner,
             role=claims.role,
             agent_id=agent_id,
             parent_agent_id=parent_agent_id,
             agent_type=agent_type,
             native_session_id=session,
+            sampling_seed=claims.sampling_seed,
             received=received,
         )
         call = _Call(state, worker, call_id, prepared, entry.backend, record)
@@ -266,6 +325,7 @@ def create_app(config: ProxyConfig) -> FastAPI:
         message = await call.complete()
         return JSONResponse(message.model_dump(exclude_none=True))
 
+    install_openapi(app, [MessagesRequest, CountTokensRequest])
     return app
 
 
@@ -328,10 +388,13 @@ class _Call:
         finally:
             if not work.done():
                 work.cancel()
-        for index, block in enumerate(message.content):
-            for event in content_block_events(index, block):
-                yield sse_frame(event)
-        yield sse_frame(
+        # The sampler answers whole, so the rest of the stream goes out in one write.
+        events = [
+            event
+            for index, block in enumerate(message.content)
+            for event in content_block_events(index, block)
+        ]
+        events.append(
             MessageDeltaEvent(
                 delta=MessageDelta(
                     stop_reason=message.stop_reason, stop_sequence=message.stop_sequence
@@ -342,4 +405,5 @@ class _Call:
                 ),
             )
         )
-        yield sse_frame(MessageStopEvent())
+        events.append(MessageStopEvent())
+        yield b"".join(sse_frame(event) for event in events)

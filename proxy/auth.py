@@ -9,6 +9,7 @@ from fastapi import Depends, Request
 
 from proxy.credentials import TokenInvalidError, TokenScopeError, check_model, verify_token
 from proxy.errors import ProxyError
+from proxy.model_registry import CheckpointModel
 from synth_pipelines.contracts.scoped_token import TokenClaims
 
 
@@ -23,6 +24,11 @@ class Caller:
             check_model(self.claims, model)
         except TokenScopeError as error:
             raise ProxyError("permission_error", str(error)) from None
+
+    def check_checkpoint_owner(self, model: str, checkpoint: CheckpointModel | None) -> None:
+        """A checkpoint is served, and described, only to its owner's tokens."""
+        if checkpoint is not None and checkpoint.owner != self.claims.owner:
+            raise ProxyError("permission_error", f"checkpoint {model} belongs to another owner")
 
 
 def _presented_token(request: Request) -> str | None:

@@ -1,8 +1,9 @@
 """The proxy's evidence path: stage before responding, publish in the background.
 
-Staging is on the response path (a call is durable before its response completes);
-publishing never is: a bounded background thread uploads chunks, commits their
-references and reports them to Dagster, so a slow upload never delays an agent.
+Staging is on the response path (a worker stages each call before its response
+completes, `proxy.worker_calls`); publishing never is: a bounded background thread uploads
+chunks, commits their references and reports them to Dagster, so a slow upload never
+delays an agent.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import asyncio
 import logging
 import threading
 
-from synth_pipelines.contracts.interaction import Interaction
 from synth_pipelines.evidence.publisher import EvidencePublisher, PublishedChunk
 from synth_pipelines.evidence.spool import Spool
 
@@ -57,15 +57,11 @@ class CaptureSink:
         self.published_calls = 0
         self.failures = 0
 
-    async def stage(self, interaction: Interaction) -> None:
-        # No wake-up here: calls accumulate for one interval, so a chunk holds many calls.
-        await asyncio.to_thread(self.spool.stage, interaction)
-
     def start(self) -> None:
         self._thread.start()
 
-    def _publish_once(self) -> list[PublishedChunk]:
-        chunks = self.publisher.publish_pending()
+    def _publish_once(self, everything: bool = False) -> list[PublishedChunk]:
+        chunks = self.publisher.publish_pending(everything)
         self.published_chunks += len(chunks)
         self.published_calls += sum(chunk.calls for chunk in chunks)
         return chunks
@@ -82,7 +78,7 @@ class CaptureSink:
 
     async def flush(self) -> list[PublishedChunk]:
         """Publish everything staged now (the caller waits; agents never do)."""
-        return await asyncio.to_thread(self._publish_once)
+        return await asyncio.to_thread(self._publish_once, True)
 
     def stop(self) -> None:
         self._stopping.set()

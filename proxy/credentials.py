@@ -13,6 +13,7 @@ import hmac
 import json
 import os
 import secrets
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -40,22 +41,65 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-def load_signing_key(path: Path) -> bytes:
-    """The platform's signing key, created on first use with owner-only permissions."""
+class SigningKeyError(Exception):
+    """The signing key is missing, unreadable or exposed: nothing can be minted with it."""
+
+
+def read_signing_key(path: Path) -> bytes:
+    """The platform's signing key, for minting: never created here, so minting a token
+    takes the key the proxy checks, not merely access to the CLI."""
     configured = os.environ.get("SYNTH_PROXY_SIGNING_KEY")
     if configured:
         return configured.encode()
     try:
-        return path.read_bytes()
+        mode = path.stat().st_mode & 0o777
+        key = path.read_bytes()
     except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        key = secrets.token_bytes(32)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        raise SigningKeyError(
+            f"no proxy signing key at {path}; the capture proxy creates it when it first starts "
+            "(`synth up`), or set SYNTH_PROXY_SIGNING_KEY to the deployment's key"
+        ) from None
+    except PermissionError:
+        raise SigningKeyError(
+            f"cannot read the proxy signing key {path}: permission denied; minting a token "
+            "takes the key, so run this as the user the platform runs as, or set "
+            "SYNTH_PROXY_SIGNING_KEY"
+        ) from None
+    if mode & 0o077:
+        raise SigningKeyError(
+            f"the proxy signing key {path} is open to other users (mode {mode:o}), and anyone "
+            f"who reads it can mint tokens; run `chmod 600 {path}` and replace the key"
+        )
+    if not key:
+        raise SigningKeyError(
+            f"the proxy signing key {path} is empty; delete it and let the capture proxy "
+            "create a new one (`synth up`)"
+        )
+    return key
+
+
+def load_signing_key(path: Path) -> bytes:
+    """The platform's signing key, created on first use with owner-only permissions."""
+    if not os.environ.get("SYNTH_PROXY_SIGNING_KEY"):
+        _create_signing_key(path)
+    return read_signing_key(path)
+
+
+def _create_signing_key(path: Path) -> None:
+    # Written aside, then linked into place: a process starting at the same moment sees
+    # either no key or the whole key, and the first link wins.
+    if path.exists():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, aside = tempfile.mkstemp(dir=path.parent, prefix=".signing-key-")
+    try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(key)
-        return key
+            handle.write(secrets.token_bytes(32))
+        os.link(aside, path)
     except FileExistsError:
-        return path.read_bytes()
+        pass
+    finally:
+        os.unlink(aside)
 
 
 def mint_token(
@@ -68,6 +112,8 @@ def mint_token(
     ttl_sec: int,
     role: str = "actor",
     batch: str | None = None,
+    trial_id: str | None = None,
+    sampling_seed: int | None = None,
 ) -> str:
     claims = TokenClaims(
         run_id=run_id,
@@ -76,6 +122,8 @@ def mint_token(
         model=model,
         role=role,
         batch=batch,
+        trial_id=trial_id,
+        sampling_seed=sampling_seed,
         expires_at=int(time.time()) + ttl_sec,
         token_id=uuid.uuid4().hex,
     )

@@ -22,12 +22,15 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    GetJsonSchemaHandler,
     Tag,
     ValidationError,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, PydanticCustomError
 
 from proxy.errors import ErrorResponse, invalid_request, validation_error
 
@@ -71,7 +74,26 @@ REJECTED_FIELDS: dict[str, str] = {
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Anthropic's shapes, as strictly as Anthropic checks them: no unknown fields, and no
+    coercion (`"5"` is not a number, `"yes"` is not a boolean)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class _Refused(BaseModel):
+    """A documented Anthropic shape this proxy always refuses: no JSON value matches its schema."""
+
+    model_config = ConfigDict(extra="allow")
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return {"not": {}, "description": cls.__doc__ or ""}
+
+
+_REFUSED_VALUE = WithJsonSchema({"type": "null"})
+"""The schema of a field the proxy refuses unless it is null."""
 
 
 class CacheControl(_Strict):
@@ -113,10 +135,8 @@ class ToolReferenceBlockParam(_Strict):
     cache_control: CacheControl | None = None
 
 
-class UnsupportedBlock(BaseModel):
+class UnsupportedBlock(_Refused):
     """Any content block type the proxy cannot render; validating one always fails."""
-
-    model_config = ConfigDict(extra="allow")
 
     @model_validator(mode="before")
     @classmethod
@@ -159,11 +179,15 @@ def _text_as_blocks(value: Any) -> Any:
     return [{"type": "text", "text": value}] if isinstance(value, str) else value
 
 
+def _text_or_blocks(block: Any) -> BeforeValidator:
+    return BeforeValidator(_text_as_blocks, json_schema_input_type=str | list[block])
+
+
 class ToolResultBlockParam(_Strict):
     type: Literal["tool_result"]
     tool_use_id: str = Field(min_length=1)
-    content: Annotated[list[ToolResultContentBlock], BeforeValidator(_text_as_blocks)] = Field(
-        default_factory=list
+    content: Annotated[list[ToolResultContentBlock], _text_or_blocks(ToolResultContentBlock)] = (
+        Field(default_factory=list)
     )
     is_error: bool = False
     cache_control: CacheControl | None = None
@@ -185,7 +209,7 @@ RequestBlock = Annotated[
 
 class MessageParam(_Strict):
     role: Literal["user", "assistant", "system"]
-    content: Annotated[list[RequestBlock], BeforeValidator(_text_as_blocks)]
+    content: Annotated[list[RequestBlock], _text_or_blocks(RequestBlock)]
 
     @model_validator(mode="after")
     def _system_is_text(self) -> MessageParam:
@@ -200,7 +224,9 @@ class MessageParam(_Strict):
 class ToolParam(_Strict):
     name: str = Field(pattern=r"^[a-zA-Z0-9_.:-]{1,128}$")
     description: str | None = None
-    input_schema: dict[str, Any]
+    input_schema: dict[str, Any] = Field(
+        json_schema_extra={"properties": {"type": {"const": "object"}}, "required": ["type"]}
+    )
     type: Literal["custom"] | None = None
     cache_control: CacheControl | None = None
     defer_loading: bool = False
@@ -275,10 +301,8 @@ class ToolChoiceNone(_Strict):
     type: Literal["none"]
 
 
-class ToolChoiceForced(BaseModel):
+class ToolChoiceForced(_Refused):
     """`any` and `tool`: documented by Anthropic, refused here."""
-
-    model_config = ConfigDict(extra="allow")
 
     type: Literal["any", "tool"]
 
@@ -303,7 +327,7 @@ class Metadata(_Strict):
 
 class OutputConfig(_Strict):
     effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None
-    format: dict[str, Any] | None = None
+    format: Annotated[dict[str, Any] | None, _REFUSED_VALUE] = None
 
     @field_validator("format")
     @classmethod
@@ -326,15 +350,15 @@ def _refuse_if_set(field: str, reason: str):
             )
         return value
 
-    return BeforeValidator(refuse)
+    return BeforeValidator(refuse, json_schema_input_type=None)
 
 
 class CountTokensRequest(_Strict):
     """The conversation part of a request: what is rendered and counted."""
 
     model: str = Field(min_length=1)
-    messages: list[MessageParam]
-    system: Annotated[list[TextBlockParam], BeforeValidator(_text_as_blocks)] = Field(
+    messages: list[MessageParam] = Field(json_schema_extra={"minItems": 1})
+    system: Annotated[list[TextBlockParam], _text_or_blocks(TextBlockParam)] = Field(
         default_factory=list
     )
     tools: Annotated[list[ToolParam], BeforeValidator(_refuse_server_tools)] = Field(

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from proxy.adapters import adapter_for
 from proxy.adapters.base import Family, ModelAdapter
 from proxy.errors import ProxyError
+from synth_pipelines.tinker_local.names import QWEN3_LEARNER
 
 
 class _Frozen(BaseModel):
@@ -119,6 +120,15 @@ DEFAULT_MODELS: tuple[ModelEntry, ...] = (
         backend=TinkerRoute(base_model="synth/qwen3-tiny"),
         trainable=True,
         display_name="Qwen3 tiny (local model service)",
+    ),
+    ModelEntry(
+        id=QWEN3_LEARNER,
+        family="qwen",
+        context_window=32_768,
+        max_output_tokens=8_192,
+        backend=TinkerRoute(base_model=QWEN3_LEARNER),
+        trainable=True,
+        display_name="Qwen3 learner (local model service; the learning demo's base model)",
     ),
     ModelEntry(
         id="deepseek-ai/DeepSeek-V3.1",

@@ -51,7 +51,7 @@ class TinkerSampler:
             raise ProxyError(
                 "api_error", f"the model backend refused the request: {error}"
             ) from None
-        except (tinker.APIError, OSError) as error:
+        except (tinker.TinkerError, OSError) as error:
             raise ProxyError("api_error", f"the model backend failed: {error}") from None
         (sequence,) = response.sequences
         if sequence.logprobs is None or len(sequence.logprobs) != len(sequence.tokens):

@@ -12,12 +12,15 @@ from proxy.model_registry import ModelRegistry
 from synth_pipelines.config import Settings
 
 
+def model_registry(config: Settings) -> ModelRegistry:
+    """The models the proxy serves: a configured registry file, else the defaults."""
+    if config.model_registry:
+        return ModelRegistry.from_json_file(config.model_registry)
+    return ModelRegistry()
+
+
 def proxy_config(config: Settings, *, workers: int = 2) -> ProxyConfig:
-    registry = (
-        ModelRegistry.from_json_file(config.model_registry)
-        if config.model_registry
-        else ModelRegistry()
-    )
+    registry = model_registry(config)
     return ProxyConfig(
         state_dir=config.state_dir,
         signing_key_path=config.signing_key_path,

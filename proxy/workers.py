@@ -6,10 +6,10 @@ process only speaks HTTP. Each worker runs an event loop: it renders one call wh
 wait for the model, and answers each request as soon as it is done, in any order. A session
 is always sent to the same worker, so its next turn finds the worker's cached prefix.
 
-Requests and answers are pickled over one pipe per worker. On the server side a thread per
-worker writes requests (a long body never blocks the event loop) and one reads answers. A
-worker never outlives the server, and a worker that dies fails its calls instead of hanging
-them. `processes=0` runs one worker on a thread of the server process, with the same pipe.
+Requests and answers are length-prefixed pickles on a socket pair, read and written by the
+event loops on both sides, so handing over a call costs no thread switch. A worker never
+outlives the server, and a worker that dies fails its calls instead of hanging them.
+`processes=0` runs one worker on a thread of the server process, over the same socket.
 """
 
 from __future__ import annotations
@@ -20,13 +20,14 @@ import inspect
 import itertools
 import logging
 import multiprocessing
-import queue
+import pickle
 import signal
+import socket
+import struct
 import threading
 import traceback
-import zlib
+from collections import OrderedDict
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
 from typing import Any
 
 from proxy import worker_calls
@@ -36,6 +37,7 @@ from proxy.worker_calls import WorkerConfig
 
 log = logging.getLogger("synth.proxy.workers")
 PR_SET_PDEATHSIG = 1
+_LENGTH = struct.Struct("!Q")
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,16 @@ class _Crash:
     """An unexpected exception inside a worker: a bug, reported as a server error."""
 
     description: str
+
+
+def _frame(message: object) -> bytes:
+    payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    return _LENGTH.pack(len(payload)) + payload
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> Any:
+    (length,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
+    return pickle.loads(await reader.readexactly(length))
 
 
 def _die_with_parent() -> None:
@@ -58,16 +70,22 @@ def _die_with_parent() -> None:
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _serve(
-    connection: Connection, config: WorkerConfig, inherited: list[Connection], own_process: bool
-) -> None:
-    """A worker's life: answer requests from `connection` until the server closes it."""
-    if own_process:
-        _die_with_parent()
-        for other in inherited:
-            other.close()
-    worker_calls.init_worker(config)
-    loop = asyncio.new_event_loop()
+def _own_tinker_loop() -> None:
+    """The tinker SDK runs every request on one background thread per process, kept in a
+    module-level singleton (tinker 0.38). A forked worker inherits the singleton but not
+    its thread, and would wait forever on a loop nobody runs, whenever the server process
+    had used the SDK before forking (a test process, an embedding application); so each
+    worker starts with a singleton of its own."""
+    from tinker.lib import internal_client_holder
+
+    internal_client_holder._internal_client_holder_thread_singleton = (
+        internal_client_holder.InternalClientHolderThreadSingleton()
+    )
+
+
+async def _answer_requests(sock: socket.socket) -> None:
+    reader, writer = await asyncio.open_connection(sock=sock)
+    running: set[asyncio.Task] = set()
 
     async def answer(request_id: int, name: str, args: tuple) -> None:
         try:
@@ -79,59 +97,62 @@ def _serve(
         except Exception:
             log.exception("worker call %s failed", name)
             result = _Crash(traceback.format_exc(limit=3))
-        connection.send((request_id, result))
+        writer.write(_frame((request_id, result)))
 
-    def read() -> None:
-        try:
-            while True:
-                request_id, name, args = connection.recv()
-                loop.call_soon_threadsafe(loop.create_task, answer(request_id, name, args))
-        except (EOFError, OSError):
-            loop.call_soon_threadsafe(loop.stop)
+    try:
+        while True:
+            request_id, name, args = await _read_frame(reader)
+            task = asyncio.create_task(answer(request_id, name, args))
+            running.add(task)
+            task.add_done_callback(running.discard)
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return
 
-    threading.Thread(target=read, name="worker-requests", daemon=True).start()
-    loop.run_forever()
+
+def _serve(
+    sock: socket.socket, config: WorkerConfig, inherited: list[socket.socket], own_process: bool
+) -> None:
+    """A worker's life: answer requests on `sock` until the server closes it."""
+    if own_process:
+        _die_with_parent()
+        _own_tinker_loop()
+        for other in inherited:
+            other.close()
+    worker_calls.init_worker(config)
+    asyncio.run(_answer_requests(sock))
+    worker_calls.close_worker()
 
 
 @dataclass
 class _Worker:
     index: int
-    connection: Connection
     runner: multiprocessing.process.BaseProcess | threading.Thread
-    loop: asyncio.AbstractEventLoop
-    outbox: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
+    writer: asyncio.StreamWriter | None = None
+    reading: asyncio.Task | None = None
     waiting: dict[int, asyncio.Future] = field(default_factory=dict)
     alive: bool = True
 
-    def start_io(self) -> None:
-        threading.Thread(target=self._write, name=f"worker-{self.index}-out", daemon=True).start()
-        threading.Thread(target=self._read, name=f"worker-{self.index}-in", daemon=True).start()
+    async def connect(self, sock: socket.socket) -> None:
+        reader, self.writer = await asyncio.open_connection(sock=sock)
+        self.reading = asyncio.create_task(self._read_answers(reader))
 
-    def _write(self) -> None:
-        while (request := self.outbox.get()) is not None:
-            try:
-                self.connection.send(request)
-            except OSError:
-                return
-
-    def _read(self) -> None:
+    async def _read_answers(self, reader: asyncio.StreamReader) -> None:
         try:
             while True:
-                request_id, result = self.connection.recv()
-                self.loop.call_soon_threadsafe(self._resolve, request_id, result)
-        except (EOFError, OSError):
-            if not self.loop.is_closed():
-                self.loop.call_soon_threadsafe(self._died)
+                request_id, result = await _read_frame(reader)
+                self._resolve(request_id, result)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            self._died()
 
     def _resolve(self, request_id: int, result: Any) -> None:
         future = self.waiting.pop(request_id, None)
         if future is None or future.done():
             return
         if isinstance(result, _Crash):
+            log.error("proxy worker %d failed:\n%s", self.index, result.description)
             future.set_exception(
                 ProxyError("api_error", f"internal error in proxy worker {self.index}")
             )
-            log.error("proxy worker %d failed:\n%s", self.index, result.description)
         else:
             future.set_result(result)
 
@@ -141,29 +162,37 @@ class _Worker:
             if not future.done():
                 future.set_exception(
                     ProxyError(
-                        "api_error",
-                        f"proxy worker {self.index} exited during the call; retry it",
+                        "api_error", f"proxy worker {self.index} exited during the call; retry it"
                     )
                 )
         self.waiting.clear()
 
+    def send(self, message: object) -> None:
+        if not self.alive or self.writer is None:
+            raise ProxyError(
+                "api_error", f"proxy worker {self.index} has exited; restart the proxy"
+            )
+        self.writer.write(_frame(message))
+
 
 class CallWorkers:
     """`processes` worker processes with session affinity (0: one worker on a thread)."""
+
+    remembered_sessions = 4096
+    """Sessions whose worker is remembered; past that, the longest idle is forgotten (its
+    next call may land on another worker and re-tokenize its prompt once)."""
 
     def __init__(self, config: WorkerConfig, processes: int):
         self.config = config
         self.processes = processes
         self._workers: list[_Worker] = []
         self._ids = itertools.count()
-        self._next = itertools.cycle(range(max(1, processes)))
+        self._sessions: OrderedDict[CacheScope, int] = OrderedDict()
 
-    def start(self) -> None:
-        """Start the workers; call from the event loop that will await their answers."""
-        loop = asyncio.get_running_loop()
-        pipes = [multiprocessing.Pipe() for _ in range(max(1, self.processes))]
-        servers = [server for server, _ in pipes]
-        for index, (server, worker) in enumerate(pipes):
+    async def start(self) -> None:
+        pairs = [socket.socketpair() for _ in range(max(1, self.processes))]
+        servers = [server for server, _ in pairs]
+        for index, (_, worker) in enumerate(pairs):
             runner: multiprocessing.process.BaseProcess | threading.Thread
             if self.processes > 0:
                 runner = multiprocessing.get_context("fork").Process(
@@ -176,51 +205,59 @@ class CallWorkers:
                 runner = threading.Thread(
                     target=_serve, args=(worker, self.config, [], False), daemon=True
                 )
-            self._workers.append(_Worker(index, server, runner, loop))
-        # Every process is forked before any thread of this one starts.
+            self._workers.append(_Worker(index, runner))
         for entry in self._workers:
             entry.runner.start()
         if self.processes > 0:
-            # Only the worker holds its end, so the server sees the pipe close when it dies.
-            for _, worker in pipes:
+            # Only the worker holds its end, so the server sees the socket close if it dies.
+            for _, worker in pairs:
                 worker.close()
-        for entry in self._workers:
-            entry.start_io()
+        for entry, server in zip(self._workers, servers, strict=True):
+            await entry.connect(server)
 
     def choose(self, scope: CacheScope | None) -> int:
-        if scope is None:
-            return next(self._next)
-        key = "\0".join((scope.owner, scope.credential, scope.model, scope.session, scope.agent))
-        return zlib.crc32(key.encode()) % len(self._workers)
+        """The worker for a call: a session's first call goes to the least busy worker, and
+        its later calls follow it there, to its cached prefix."""
+        if scope in self._sessions:
+            self._sessions.move_to_end(scope)
+            return self._sessions[scope]
+        worker = min(range(len(self._workers)), key=lambda i: len(self._workers[i].waiting))
+        if scope is not None:
+            self._sessions[scope] = worker
+            if len(self._sessions) > self.remembered_sessions:
+                self._sessions.popitem(last=False)
+        return worker
 
     async def call(self, worker: int, function: str, *args: Any) -> Any:
         entry = self._workers[worker]
-        if not entry.alive:
-            raise ProxyError("api_error", f"proxy worker {worker} has exited; restart the proxy")
         request_id = next(self._ids)
-        future = entry.loop.create_future()
+        future = asyncio.get_running_loop().create_future()
         entry.waiting[request_id] = future
-        entry.outbox.put((request_id, function, args))
         try:
+            entry.send((request_id, function, args))
             return await future
         finally:
             entry.waiting.pop(request_id, None)
 
     def tell(self, worker: int, function: str, *args: Any) -> None:
-        """Send a request whose answer nobody waits for."""
-        self._workers[worker].outbox.put((next(self._ids), function, args))
+        """Send a request whose answer nobody waits for (none if the worker is gone)."""
+        entry = self._workers[worker]
+        if entry.alive:
+            entry.send((next(self._ids), function, args))
 
     async def warm(self, models: list[str]) -> None:
         await asyncio.gather(*(self.call(i, "warm", models) for i in range(len(self._workers))))
 
     def shutdown(self) -> None:
-        """Stop the workers; the server has finished its calls by now."""
+        """Stop the workers (the server has finished its calls by now): each sees its socket
+        close, ends its sampling session and exits; a process that does not is terminated."""
         for entry in self._workers:
-            entry.outbox.put(None)
+            if entry.writer is not None:
+                entry.writer.close()
         for entry in self._workers:
-            if isinstance(entry.runner, threading.Thread):
-                # The worker thread sees its pipe close and stops its loop.
-                entry.connection.close()
-            else:
-                entry.runner.terminate()
             entry.runner.join(timeout=5)
+            if isinstance(entry.runner, multiprocessing.process.BaseProcess) and (
+                entry.runner.is_alive()
+            ):
+                entry.runner.terminate()
+                entry.runner.join(timeout=5)

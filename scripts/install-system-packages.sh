@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Install the Debian packages the platform needs, only those that are missing.
 set -euo pipefail
-declare -A needed=([bwrap]=bubblewrap [pg_ctlcluster]=postgresql [node]=nodejs [npm]=npm)
+declare -A needed=(
+  [bwrap]=bubblewrap [pg_ctlcluster]=postgresql [node]=nodejs [npm]=npm
+  [nginx]=nginx-light [envsubst]=gettext-base [mkfs.ext4]=e2fsprogs
+)
 missing=()
 for command in "${!needed[@]}"; do
   command -v "$command" >/dev/null 2>&1 || missing+=("${needed[$command]}")

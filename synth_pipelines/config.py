@@ -12,7 +12,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -37,8 +37,17 @@ class Settings(BaseSettings):
     object_store_url: str | None = None
     s3_endpoint_url: str | None = None
     dagster_url: str = "http://127.0.0.1:3000"
+    dagster_token: SecretStr | None = Field(
+        default=None,
+        description="The operator token the authenticating proxy in front of a production "
+        "Dagster webserver checks (sent as `Authorization: Bearer`); unset for the embedded one.",
+    )
     proxy_url: str = "http://127.0.0.1:8200"
     model_service_url: str = "http://127.0.0.1:8100"
+    base_model: str = Field(
+        default="synth/qwen3-tiny",
+        description="The base model the embedded model service serves (`synth up`).",
+    )
     model_registry: Path | None = None
     proxy_publish_interval_sec: float = 1.0
     owner: str = "local"

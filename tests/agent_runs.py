@@ -9,7 +9,6 @@ from pathlib import Path
 import dagster as dg
 
 from synth_pipelines.config import settings
-from synth_pipelines.contracts.plan import EvalPlan
 from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.contracts.run_spec import DatasetPin, RunRequest, batch_key
 from synth_pipelines.contracts.trial import TrialOutcome
@@ -17,7 +16,7 @@ from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.runs import RunRecord, accept_run, get_run
 from synth_pipelines.control.table_outputs import load_table
 from synth_pipelines.definitions import defs
-from synth_pipelines.registry.datasets import publish_dataset
+from synth_pipelines.registry.datasets import get_dataset, publish_dataset
 from synth_pipelines.runtime.trial_records import restore_trial
 from synth_pipelines.storage.objectstore import open_object_store
 from tests.conftest import PROJECT_ROOT, SAMPLE_DATASET
@@ -33,10 +32,17 @@ def one_task_dataset(tmp_path: Path, task: str) -> Path:
     return directory
 
 
-def evaluate(dataset_dir: Path, profile: dict, attempts: int = 1) -> RunRecord:
-    engine = control_engine()
+def publish(dataset_dir: Path):
     store = open_object_store(settings().objects_url)
-    dataset, _ = publish_dataset(engine, store, dataset_dir, "test/one", "v1", "tester")
+    return publish_dataset(control_engine(), store, dataset_dir, "test/one", "v1", "tester")[0]
+
+
+def accept(
+    profile: dict, *, judge: dict | None = None, attempts: int = 1, kind: str = "eval"
+) -> RunRecord:
+    """A run of the published `test/one@v1`, accepted as `synth run start` accepts it."""
+    engine = control_engine()
+    dataset = get_dataset(engine, "test/one@v1")
     request = RunRequest(
         owner=settings().owner,
         dataset=DatasetPin(
@@ -46,20 +52,31 @@ def evaluate(dataset_dir: Path, profile: dict, attempts: int = 1) -> RunRecord:
             task_count=dataset.task_count,
         ),
         actor=PinnedProfile.from_document(profile),
-        plan=EvalPlan(
-            kind="eval",
-            attempts_per_task=attempts,
-            budget={"max_active_attempts": 1, "cpus": 2, "memory_mb": 4096, "storage_mb": 8192},
-        ),
+        judge=PinnedProfile.from_document(judge) if judge else None,
+        plan={
+            "kind": kind,
+            "attempts_per_task": attempts,
+            "budget": {"max_active_attempts": 1, "cpus": 2, "memory_mb": 4096, "storage_mb": 8192},
+        },
     )
-    run, _ = accept_run(engine, request)
+    return accept_run(engine, request)[0]
+
+
+def run_batches(run: RunRecord) -> RunRecord:
     instance = dg.DagsterInstance.get()
-    job = defs.resolve_job_def("evaluation_batch")
+    job = defs.resolve_job_def({"eval": "evaluation_batch", "execute": "execution_batch"}[run.kind])
     for index in range(run.batch_count):
         key = batch_key(run.run_id, index)
         instance.add_dynamic_partitions("batches", [key])
         assert job.execute_in_process(partition_key=key, instance=instance).success
-    return get_run(engine, run.run_id)
+    return get_run(control_engine(), run.run_id)
+
+
+def evaluate(
+    dataset_dir: Path, profile: dict, attempts: int = 1, judge: dict | None = None
+) -> RunRecord:
+    publish(dataset_dir)
+    return run_batches(accept(profile, judge=judge, attempts=attempts))
 
 
 def trial_outcomes(run: RunRecord) -> list[TrialOutcome]:

@@ -10,6 +10,8 @@ import pytest
 from synth_pipelines.config import settings
 from synth_pipelines.control.database import engine_for
 
+pytest_plugins = ["tests.production_services"]
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_DATASET = PROJECT_ROOT / "datasets" / "sample"
 

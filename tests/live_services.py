@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
+from fastapi import FastAPI
 
 from proxy.app import ProxyConfig, create_app
 from proxy.credentials import load_signing_key, mint_token
@@ -21,9 +22,15 @@ MODEL = "synth/qwen3-tiny"
 
 
 @contextmanager
-def model_service(*, scripted: bool = True) -> Iterator[str]:
+def model_service(
+    *, scripted: bool = True, app_hook: Callable[[FastAPI], None] | None = None
+) -> Iterator[str]:
+    """`app_hook` lets a test put its own instrumentation (e.g. a slow endpoint) in front."""
     os.environ.setdefault("TINKER_TELEMETRY", "0")
-    with serving(create_model_service(MODEL, scripted=scripted)) as url:
+    app = create_model_service(MODEL, scripted=scripted)
+    if app_hook is not None:
+        app_hook(app)
+    with serving(app) as url:
         yield url
 
 
@@ -45,6 +52,7 @@ class Proxy:
         role: str = "actor",
         batch: str | None = None,
         ttl: int = 600,
+        sampling_seed: int | None = None,
     ) -> str:
         return mint_token(
             load_signing_key(self.config.signing_key_path),
@@ -55,6 +63,7 @@ class Proxy:
             ttl_sec=ttl,
             role=role,
             batch=batch,
+            sampling_seed=sampling_seed,
         )
 
     def flush(self) -> dict:
@@ -95,10 +104,16 @@ def claude_code() -> Path:
 
 @contextmanager
 def platform(
-    monkeypatch: pytest.MonkeyPatch, *, scripted: bool = True
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    scripted: bool = True,
+    app_hook: Callable[[FastAPI], None] | None = None,
 ) -> Iterator[tuple[str, Proxy]]:
     """Model service and proxy, with the platform's settings pointing at both."""
-    with model_service(scripted=scripted) as model_url, capture_proxy(model_url) as proxy:
+    with (
+        model_service(scripted=scripted, app_hook=app_hook) as model_url,
+        capture_proxy(model_url) as proxy,
+    ):
         monkeypatch.setenv("SYNTH_PROXY_URL", proxy.url)
         monkeypatch.setenv("SYNTH_MODEL_SERVICE_URL", model_url)
         settings.cache_clear()

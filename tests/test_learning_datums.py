@@ -16,6 +16,7 @@ def _standing(advantage: float) -> QualifiedAttempt:
         run_id="r-1",
         batch="r-1.b0000",
         attempt_id="a0",
+        trial_id="trial-a0",
         group_index=0,
         task_name="t/task",
         reward=1.0,

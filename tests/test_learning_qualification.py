@@ -72,3 +72,15 @@ def test_groups_without_reward_signal_are_excluded_with_their_reason():
         SAMPLER,
     )
     assert all(s.group_qualified and s.advantage == 0.0 for s in kept)
+
+
+def test_calls_of_an_earlier_execution_of_the_attempt_are_not_learned_from():
+    outcomes = [outcome(f"g0.a{n}") for n in range(2)]
+    assessments = {"g0.a0": assessment("g0.a0", 1.0), "g0.a1": assessment("g0.a1", 0.0)}
+    stale = call("g0.a1", 0, [9, 9], [9], [-0.5]).model_copy(update={"trial_id": "trial-before"})
+    calls = {"g0.a0": _calls("g0.a0")["g0.a0"], "g0.a1": [stale]}
+    standing = {
+        s.attempt_id: s
+        for s in qualify_group(outcomes, assessments, calls, {}, ELIGIBILITY, SAMPLER)
+    }
+    assert standing["g0.a1"].exclusion == "no captured model calls"

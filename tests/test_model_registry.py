@@ -19,15 +19,17 @@ from proxy.model_registry import (
 )
 
 
-def test_default_registry_serves_one_model_per_family() -> None:
+def test_default_registry_serves_every_family_and_both_local_models() -> None:
     registry = ModelRegistry()
 
-    families = {entry.family: entry.id for entry in registry.entries()}
+    families: dict[str, set[str]] = {}
+    for entry in registry.entries():
+        families.setdefault(entry.family, set()).add(entry.id)
     assert families == {
-        "qwen": "synth/qwen3-tiny",
-        "deepseek": "deepseek-ai/DeepSeek-V3.1",
-        "kimi": "moonshotai/Kimi-K2-Thinking",
-        "glm": "zai-org/GLM-5.3",
+        "qwen": {"synth/qwen3-tiny", "synth/qwen3-learner"},
+        "deepseek": {"deepseek-ai/DeepSeek-V3.1"},
+        "kimi": {"moonshotai/Kimi-K2-Thinking"},
+        "glm": {"zai-org/GLM-5.3"},
     }
     tiny = registry.get("synth/qwen3-tiny")
     assert tiny.trainable and tiny.backend == TinkerRoute(base_model="synth/qwen3-tiny")

@@ -15,10 +15,9 @@ from sqlalchemy import func, select
 
 from synth_pipelines.config import settings
 from synth_pipelines.contracts.interaction import Interaction
-from synth_pipelines.contracts.table import table_to_parquet
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.schema import evidence_calls, evidence_chunks
-from synth_pipelines.evidence.publisher import EvidencePublisher, chunk_key
+from synth_pipelines.evidence.publisher import EvidencePublisher, chunk_key, chunk_parquet
 from synth_pipelines.evidence.reader import read_attempt_evidence
 from synth_pipelines.evidence.spool import Spool
 from synth_pipelines.storage.objectstore import open_object_store
@@ -115,6 +114,7 @@ def _interaction(n: int) -> Interaction:
         run_id="r",
         batch=None,
         attempt_id="a",
+        trial_id=None,
         owner="o",
         role="actor",
         agent_id="main",
@@ -150,7 +150,7 @@ def test_publisher_completes_an_interrupted_chunk_without_duplicating_it(state):
         spool.stage(call)
     # The publisher died after uploading the chunk and before committing its reference.
     intent = spool.write_intent("r", None, "a", [c.call_id for c in calls])
-    store.put(chunk_key(intent), table_to_parquet(Interaction.to_table(calls)))
+    store.put(chunk_key(intent), chunk_parquet(Interaction.to_table(calls)))
     spool.stage(_interaction(3))
 
     published = EvidencePublisher(spool, store, control_engine()).publish_pending()

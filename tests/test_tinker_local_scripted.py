@@ -10,6 +10,7 @@ import httpx
 import numpy as np
 import pytest
 import tinker
+from fastapi import FastAPI
 from tinker import types
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
@@ -28,10 +29,14 @@ def tokenizer() -> PreTrainedTokenizerBase:
 
 
 @pytest.fixture(scope="module")
-def service_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def service_app(tmp_path_factory: pytest.TempPathFactory) -> FastAPI:
     objects = tmp_path_factory.mktemp("objects")
-    app = create_app(QWEN3_TINY, scripted=True, object_store_url=f"file://{objects}")
-    with serving(app) as url:
+    return create_app(QWEN3_TINY, scripted=True, object_store_url=f"file://{objects}")
+
+
+@pytest.fixture(scope="module")
+def service_url(service_app: FastAPI) -> Iterator[str]:
+    with serving(service_app) as url:
         yield url
 
 
@@ -177,3 +182,54 @@ def test_the_script_endpoint_exists_only_in_scripted_mode(tmp_path: Path) -> Non
     with serving(create_app(QWEN3_TINY, object_store_url=f"file://{tmp_path}")) as url:
         response = httpx.put(f"{url}/scripted/v1/script", json={"entries": []})
         assert response.status_code == 404
+
+
+def test_a_constant_logprob_entry_reports_it_for_every_token_without_running_the_model(
+    client: tinker.ServiceClient,
+    service_url: str,
+    service_app: FastAPI,
+    tokenizer: PreTrainedTokenizerBase,
+) -> None:
+    forwards: list[int] = []
+    decoder = service_app.state.model_service.engine.sampler.decoder
+    hook = decoder.register_forward_hook(lambda *_: forwards.append(1))
+    sampler = client.create_sampling_client(base_model=QWEN3_TINY).result()
+    prompt = chat_prompt(tokenizer, "please list the files")
+    try:
+        put_script(service_url, {"completion": TOOL_CALL, "logprob": -0.25, "repeat": True})
+        constant = sample(sampler, prompt, 2)
+        forwards_for_constant = len(forwards)
+        put_script(service_url, {"completion": TOOL_CALL})
+        (scored,) = sample(sampler, prompt)
+    finally:
+        hook.remove()
+    expected = [*tokenizer.encode(TOOL_CALL), IM_END]
+    for sequence in constant:
+        assert sequence.tokens == expected
+        assert sequence.logprobs == [-0.25] * len(expected)
+        assert sequence.stop_reason == "stop"
+    assert forwards_for_constant == 0
+    assert scored.tokens == expected and len(forwards) > 0
+    assert scored.logprobs != [-0.25] * len(expected)
+
+
+def test_a_constant_logprob_entry_refuses_requests_for_prompt_logprobs(
+    client: tinker.ServiceClient, service_url: str, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    put_script(service_url, {"completion": "x", "logprob": -1.0, "repeat": True})
+    sampler = client.create_sampling_client(base_model=QWEN3_TINY).result()
+    with pytest.raises(tinker.RequestFailedError) as caught:
+        sampler.compute_logprobs(chat_prompt(tokenizer, "score me")).result()
+    assert caught.value.category is tinker.types.RequestErrorCategory.User
+    assert "sets a constant logprob" in str(caught.value)
+
+
+@pytest.mark.parametrize("logprob", [0.5, "NaN"])
+def test_a_constant_logprob_must_be_a_log_probability(service_url: str, logprob: object) -> None:
+    response = httpx.put(
+        f"{service_url}/scripted/v1/script",
+        json={"entries": [{"completion": "x", "logprob": logprob}]},
+    )
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert f"entry 0: logprob {float(logprob)!r} is not a log-probability" in error

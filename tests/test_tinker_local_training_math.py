@@ -186,3 +186,51 @@ def test_optim_step_is_adamw_honoring_every_adam_param(
         ]
     for got, want in zip(run.adapter.parameters(), expected, strict=True):
         assert_close_to_scale(got.detach(), want)
+
+
+def _shared_prefix_batch(loss_fn: str) -> list[WireDatum]:
+    """Attempts of one prompt: a common opening, then each its own tokens, with the loss
+    scale zero over the prompt and over part of each completion (as for tool results)."""
+    rng = np.random.default_rng(11)
+    opening = rng.integers(0, 151_669, size=20)
+    datums = []
+    for own in (9, 3, 14, 1):
+        sequence = np.concatenate([opening, rng.integers(0, 151_669, size=own + 1)])
+        length = len(sequence) - 1
+        scale = np.zeros(length, dtype=np.float32)
+        scale[len(opening) - 1 :] = rng.normal(size=length - len(opening) + 1)
+        scale[len(opening) + own // 2 : len(opening) + own // 2 + 2] = 0.0
+        inputs: dict[str, np.ndarray] = {"target_tokens": sequence[1:]}
+        if loss_fn == "cross_entropy":
+            inputs["weights"] = np.abs(scale)
+        else:
+            inputs["logprobs"] = rng.uniform(-13, -11, size=length).astype(np.float32)
+            inputs["advantages"] = scale
+        datums.append(WireDatum(sequence[:-1], inputs))
+    return datums
+
+
+@pytest.mark.parametrize("loss_fn", ["cross_entropy", "importance_sampling"])
+def test_shared_prefix_and_sparse_gradients_equal_dense_computation(
+    backbone: Backbone, slots: LoraSlots, loss_fn: str
+) -> None:
+    batch = _shared_prefix_batch(loss_fn)
+    run = _run(backbone, slots)
+    loss_sum, grads, logprobs = _service_gradients(run, loss_fn, batch)
+
+    direct = _run(backbone, slots)
+    direct.slots.attach(direct.adapter)
+    expected = _direct_loss(direct, loss_fn, batch)
+    expected.backward()
+    with torch.no_grad():
+        for datum, got in zip(batch, logprobs, strict=True):
+            logits = backbone.network(input_ids=torch.tensor(datum.tokens)[None]).logits[0]
+            targets = torch.tensor(datum.inputs["target_tokens"])
+            want = torch.log_softmax(logits.float(), -1)[torch.arange(len(targets)), targets]
+            np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-4)
+
+    assert loss_sum == pytest.approx(float(expected.detach()), rel=1e-5, abs=1e-5)
+    for got, want in zip(grads, (p.grad for p in direct.adapter.parameters()), strict=True):
+        assert want is not None
+        assert_close_to_scale(got, want)
+    assert any(float(g.abs().max()) > 0 for g in grads)

@@ -37,13 +37,15 @@ def tool_call(command: str) -> str:
     return f'<tool_call>\n{{"name": "bash", "arguments": {{"command": "{command}"}}}}\n</tool_call>'
 
 
-def script_one_right_one_wrong(model_url: str) -> None:
-    """Per task, the first attempt solves it and the second does not: every group has signal."""
+def script_one_right_one_wrong(model_url: str, batches: int = 1) -> None:
+    """Per task and batch, the first attempt solves it and the second does not: every
+    group has signal."""
     entries = [{"match": "<tool_response>", "completion": "Done.", "repeat": True}]
     for task in TASKS:
         first_turn = f"{MARKER[task]}(?!.*<tool_response>)"
-        entries.append({"match": first_turn, "completion": tool_call(RIGHT[task])})
-        entries.append({"match": first_turn, "completion": tool_call(WRONG[task])})
+        for _ in range(batches):
+            entries.append({"match": first_turn, "completion": tool_call(RIGHT[task])})
+            entries.append({"match": first_turn, "completion": tool_call(WRONG[task])})
     set_script(model_url, entries)
 
 

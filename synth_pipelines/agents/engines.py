@@ -37,20 +37,16 @@ class Mount:
     source: Path
     target: str
 
-    def as_harbor(self) -> dict:
-        return {
-            "type": "bind",
-            "source": str(self.source),
-            "target": self.target,
-            "read_only": True,
-        }
+    def as_bind(self) -> str:
+        """The local sandbox's `read_only_binds` form."""
+        return f"{self.source}:{self.target}"
 
 
 @dataclass(frozen=True)
 class EngineRuntime:
     engine: str
     version: str
-    log_path: str
+    log_name: str
     forbidden_env: frozenset[str] = field(default_factory=frozenset)
     forbidden_args: frozenset[str] = field(default_factory=frozenset)
 
@@ -92,7 +88,7 @@ class ClaudeCodeRuntime(EngineRuntime):
             "DISABLE_TELEMETRY": "1",
             "DISABLE_AUTOUPDATER": "1",
             "DISABLE_ERROR_REPORTING": "1",
-            "CLAUDE_CONFIG_DIR": "/logs/agent/claude",
+            "CLAUDE_CONFIG_DIR": f"{bindings.log_dir}/claude",
             # The sandbox runs the harness as root; this is the harness's documented switch.
             "IS_SANDBOX": "1",
         }
@@ -145,7 +141,7 @@ def engine_runtime(engine: str) -> EngineRuntime:
         return ClaudeCodeRuntime(
             engine=engine,
             version=CLAUDE_CODE_VERSION,
-            log_path="/logs/agent/claude-code.jsonl",
+            log_name="claude-code.jsonl",
             forbidden_env=ROUTING_ENV
             | frozenset(MODEL_ALIASES)
             | {"CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "CLAUDE_CONFIG_DIR"},
@@ -155,7 +151,7 @@ def engine_runtime(engine: str) -> EngineRuntime:
         return BuiltinRuntime(
             engine=engine,
             version="1",
-            log_path="/logs/agent/builtin.jsonl",
+            log_name="builtin.jsonl",
             forbidden_env=ROUTING_ENV | {"SYNTH_MAX_OUTPUT_TOKENS"},
             forbidden_args=frozenset({"--model"}),
         )

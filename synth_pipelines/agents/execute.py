@@ -25,7 +25,12 @@ class LaunchResult:
 
 
 async def _write_files(environment: BaseEnvironment, launch: Launch) -> None:
-    directories = sorted({str(PurePosixPath(f.path).parent) for f in launch.files})
+    directories = sorted(
+        {
+            str(PurePosixPath(path).parent)
+            for path in (launch.log_path, *(f.path for f in launch.files))
+        }
+    )
     if directories:
         made = await environment.exec(
             "mkdir -p " + " ".join(shlex.quote(d) for d in directories), user="root"

@@ -3,6 +3,7 @@ as `synth agent run` (loaded with `AgentConfig(import_path=...)`)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -53,11 +54,14 @@ class ProfileAgent(BaseAgent):
     async def run(
         self, instruction: str, environment: BaseEnvironment, context: AgentContext
     ) -> None:
+        # Harbor gives each trial (each execution of the attempt) its own id; calls carry
+        # it, so a re-executed attempt's evidence never mixes with an earlier execution's.
+        identity = replace(self.identity, trial_id=str(self.context_id or ""))
         outcome = await run_profile(
             environment,
             self.pinned,
             instruction,
-            self.identity,
+            identity,
             self.logs_dir,
             timeout_sec=self.timeout_sec,
         )

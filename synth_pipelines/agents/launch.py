@@ -35,10 +35,15 @@ class RuntimeBindings:
     token: str
     context_window: str
     max_output_tokens: str
+    log_dir: str = "/logs/agent"
 
     @classmethod
-    def placeholders(cls) -> RuntimeBindings:
-        return cls(**{f.name: f"${{{f.name}}}" for f in fields(cls)})
+    def placeholders(cls, log_dir: str = "/logs/agent") -> RuntimeBindings:
+        """Every runtime value by name: what a launch records instead of secrets and ids."""
+        return cls(
+            **{f.name: f"${{{f.name}}}" for f in fields(cls) if f.name != "log_dir"},
+            log_dir=log_dir,
+        )
 
 
 @dataclass(frozen=True)
@@ -121,5 +126,5 @@ def build_launch(
         workdir=workdir,
         stdin_path=stdin_path,
         required_outputs=tuple(_resolve(p, workdir) for p in profile.required_outputs),
-        log_path=runtime.log_path,
+        log_path=f"{bindings.log_dir}/{runtime.log_name}",
     )

@@ -63,7 +63,7 @@ async def run_locally(
         trial_paths=paths,
         task_env_config=task.config.environment,
         network_policy=NetworkPolicy(network_mode=NetworkMode.NO_NETWORK),
-        mounts=[m.as_harbor() for m in engine_runtime(profile.engine).mounts()],
+        read_only_binds=[m.as_bind() for m in engine_runtime(profile.engine).mounts()],
     )
     await environment.start(force_build=False)
     workspace = output_dir / "workspace"

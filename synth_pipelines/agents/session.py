@@ -40,6 +40,8 @@ class AttemptIdentity:
     task_name: str
     model: str
     role: str = "actor"
+    trial_id: str = ""
+    sampling_seed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,8 @@ def mint_attempt_token(identity: AttemptIdentity, ttl_sec: int) -> str:
         ttl_sec=ttl_sec,
         role=identity.role,
         batch=identity.batch or None,
+        trial_id=identity.trial_id or None,
+        sampling_seed=identity.sampling_seed,
     )
 
 
@@ -99,6 +103,7 @@ async def run_profile(
     logs_dir: Path,
     *,
     timeout_sec: float | None,
+    log_dir: str = "/logs/agent",
 ) -> LaunchOutcome:
     profile = pinned.profile()
     runtime = engine_runtime(profile.engine)
@@ -116,9 +121,12 @@ async def run_profile(
         token=token,
         context_window=str(context_window),
         max_output_tokens=str(max_output),
+        log_dir=log_dir,
     )
     launch = build_launch(profile, bindings, instruction, workdir, runtime)
-    template = build_launch(profile, RuntimeBindings.placeholders(), instruction, workdir, runtime)
+    template = build_launch(
+        profile, RuntimeBindings.placeholders(log_dir), instruction, workdir, runtime
+    )
     logs_dir.mkdir(parents=True, exist_ok=True)
     (logs_dir / "launch.json").write_text(
         json.dumps(

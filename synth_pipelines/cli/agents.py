@@ -8,7 +8,6 @@ from pathlib import Path
 
 import typer
 
-from synth_pipelines.cli.inputs import read_profile
 from synth_pipelines.cli.output import (
     EXIT_RUN_FAILED,
     JSON_OPTION,
@@ -19,6 +18,7 @@ from synth_pipelines.cli.output import (
 )
 from synth_pipelines.config import settings
 from synth_pipelines.control.database import control_engine
+from synth_pipelines.runtime.submission import read_profile
 
 agent_app = typer.Typer(
     help="Run an agent profile on a task in the local sandbox.", no_args_is_help=True
@@ -72,6 +72,7 @@ def run(
         "workspace": str(done.workspace),
     }
     emit(
+        "agent run",
         data,
         as_json,
         lambda: console.print(

@@ -40,3 +40,23 @@ def report_dataset_published(dataset: DatasetVersion, table: ObjectRef, table_ur
             },
         )
     )
+
+
+def terminate_batch_runs(run_id: str) -> list[str]:
+    """Terminate the queued or running Dagster runs of a synth run's batches."""
+    instance = dagster_instance()
+    active = instance.get_runs(
+        filters=dg.RunsFilter(
+            tags={"synth/run": run_id},
+            statuses=[
+                dg.DagsterRunStatus.QUEUED,
+                dg.DagsterRunStatus.NOT_STARTED,
+                dg.DagsterRunStatus.STARTING,
+                dg.DagsterRunStatus.STARTED,
+            ],
+        )
+    )
+    for run in active:
+        instance.report_run_canceling(run)
+        instance.run_launcher.terminate(run.run_id)
+    return [run.run_id for run in active]

@@ -52,6 +52,7 @@ def publish(
         report_dataset_published(dataset, table, store.uri(table.key))
     data = {**dataset.model_dump(mode="json"), "ref": dataset.ref, "created": created}
     emit(
+        "dataset publish",
         data,
         as_json,
         lambda: console.print(
@@ -80,6 +81,7 @@ def show(
         console.print(table)
 
     emit(
+        "dataset show",
         {
             **dataset.model_dump(mode="json"),
             "ref": dataset.ref,
@@ -106,4 +108,9 @@ def list_(as_json: bool = JSON_OPTION) -> None:
             )
         console.print(table)
 
-    emit([{**d.model_dump(mode="json"), "ref": d.ref} for d in versions], as_json, render)
+    emit(
+        "dataset list",
+        [{**d.model_dump(mode="json"), "ref": d.ref} for d in versions],
+        as_json,
+        render,
+    )

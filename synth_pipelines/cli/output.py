@@ -6,16 +6,34 @@ import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, NoReturn
 
 import typer
 from pydantic import ValidationError
 from rich.console import Console
 
+from synth_pipelines.cli.json_documents import validated
+from synth_pipelines.contracts.validation_errors import describe_validation_error
+from synth_pipelines.runtime.submission import SubmissionError
+
 console = Console()
 errors = Console(stderr=True)
 
-JSON_OPTION = typer.Option(False, "--json", help="Print machine-readable JSON.")
+_json_output = ContextVar("json_output", default=False)
+
+
+def _choose_json(chosen: bool) -> bool:
+    _json_output.set(chosen)
+    return chosen
+
+
+JSON_OPTION = typer.Option(
+    False, "--json", help="Print machine-readable JSON.", callback=_choose_json
+)
+JSON_LINES_OPTION = typer.Option(
+    False, "--json", help="One JSON object per line.", callback=_choose_json
+)
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -25,17 +43,12 @@ class UserError(Exception):
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
+    """One line on stderr; with `--json`, the `error` document on stdout as well."""
     errors.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    if _json_output.get():
+        document = validated("error", {"error": message, "exit_code": code})
+        sys.stdout.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
     raise typer.Exit(code)
-
-
-def describe_validation_error(error: ValidationError) -> str:
-    """The first problem, where it is, and the offending value, on one line."""
-    first = error.errors(include_url=False)[0]
-    where = ".".join(str(part) for part in first["loc"]) or "(top level)"
-    given = "" if first["type"] == "missing" else f" (got {repr(first.get('input'))[:80]})"
-    more = f"; and {error.error_count() - 1} more problem(s)" if error.error_count() > 1 else ""
-    return f"{where}: {first['msg']}{given}{more}"
 
 
 @contextmanager
@@ -45,12 +58,14 @@ def user_errors(*expected: type[Exception]) -> Iterator[None]:
         yield
     except ValidationError as error:
         fail(f"{error.title}: {describe_validation_error(error)}")
-    except (UserError, *expected) as error:
+    except (UserError, SubmissionError, *expected) as error:
         fail(str(error))
 
 
-def emit(data: Any, as_json: bool, render: Callable[[], None]) -> None:
+def emit(command: str, data: Any, as_json: bool, render: Callable[[], None]) -> None:
+    """Print `data` as the command's documented JSON document, or render it for people."""
     if as_json:
-        sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+        document = validated(command, data)
+        sys.stdout.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
     else:
         render()

@@ -7,7 +7,6 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from synth_pipelines.cli.inputs import read_json_argument
 from synth_pipelines.cli.output import JSON_OPTION, console, emit, user_errors
 from synth_pipelines.config import settings
 from synth_pipelines.control.database import control_engine
@@ -18,6 +17,7 @@ from synth_pipelines.registry.profiles import (
     list_profiles,
     publish_profile,
 )
+from synth_pipelines.runtime.submission import read_json_argument
 
 profile_app = typer.Typer(
     help="Publish and inspect immutable agent profiles.", no_args_is_help=True
@@ -50,6 +50,7 @@ def publish(
         published, created = publish_profile(control_engine(), document, settings().owner)
     data = {**_as_dict(published), "created": created}
     emit(
+        "profile publish",
         data,
         as_json,
         lambda: console.print(
@@ -71,7 +72,7 @@ def show(
         console.print(f"[bold]{data['ref']}[/] {data['digest']} ({data['engine']}, {data['role']})")
         console.print(data["canonical"], highlight=False, soft_wrap=True)
 
-    emit(data, as_json, render)
+    emit("profile show", data, as_json, render)
 
 
 @profile_app.command("list")
@@ -91,4 +92,4 @@ def list_(as_json: bool = JSON_OPTION) -> None:
             )
         console.print(table)
 
-    emit(rows, as_json, render)
+    emit("profile list", rows, as_json, render)

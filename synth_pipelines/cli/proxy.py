@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from synth_pipelines.cli.output import JSON_OPTION, console, emit
+from synth_pipelines.cli.output import JSON_OPTION, console, emit, user_errors
 from synth_pipelines.config import settings
 
 proxy_app = typer.Typer(help="The capture proxy and its scoped tokens.", no_args_is_help=True)
@@ -32,18 +32,25 @@ def token(
     batch: str | None = typer.Option(None, "--batch", help="Batch partition, if any."),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Mint a scoped model-access token (for operators and tests)."""
-    from proxy.credentials import load_signing_key, mint_token
+    """Mint a scoped model-access token with the platform's signing key (for operators and
+    tests); the key is never created here."""
+    from proxy.credentials import SigningKeyError, mint_token, read_signing_key
 
     config = settings()
-    value = mint_token(
-        load_signing_key(config.signing_key_path),
-        run_id=run,
-        attempt_id=attempt,
-        owner=config.owner,
-        model=model,
-        ttl_sec=ttl,
-        role=role,
-        batch=batch,
+    with user_errors(SigningKeyError):
+        value = mint_token(
+            read_signing_key(config.signing_key_path),
+            run_id=run,
+            attempt_id=attempt,
+            owner=config.owner,
+            model=model,
+            ttl_sec=ttl,
+            role=role,
+            batch=batch,
+        )
+    emit(
+        "proxy token",
+        {"token": value, "expires_in": ttl},
+        as_json,
+        lambda: console.print(value, soft_wrap=True),
     )
-    emit({"token": value, "expires_in": ttl}, as_json, lambda: console.print(value, soft_wrap=True))

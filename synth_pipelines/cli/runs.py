@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from sqlalchemy import Engine
 
-from synth_pipelines.cli.inputs import read_plan, read_profile
+from synth_pipelines.cli.json_documents import validated
 from synth_pipelines.cli.output import (
     EXIT_RUN_FAILED,
+    JSON_LINES_OPTION,
     JSON_OPTION,
     console,
     emit,
@@ -18,19 +21,19 @@ from synth_pipelines.cli.output import (
     user_errors,
 )
 from synth_pipelines.config import settings
-from synth_pipelines.contracts.run_spec import DatasetPin, RunRequest
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import RunEvent, read_events
+from synth_pipelines.control.ownership import NotOwnerError, owned_run
 from synth_pipelines.control.runs import (
     IdempotencyConflictError,
     RunNotFoundError,
     RunRecord,
-    accept_run,
     get_run,
     list_runs,
 )
-from synth_pipelines.registry.datasets import DatasetError, get_dataset
+from synth_pipelines.registry.datasets import DatasetError
 from synth_pipelines.runtime.results import RunResults, collect_results
+from synth_pipelines.runtime.submission import Submission, submit_run
 from synth_pipelines.storage.objectstore import open_object_store
 
 run_app = typer.Typer(help="Submit experiments and inspect their runs.", no_args_is_help=True)
@@ -55,6 +58,8 @@ def _run_summary(run: RunRecord) -> dict:
         "dataset": spec.dataset.ref,
         "actor": f"{spec.actor.name}@{spec.actor.version}",
         "actor_digest": spec.actor.digest,
+        "judge": f"{spec.judge.name}@{spec.judge.version}" if spec.judge else None,
+        "model": spec.model,
         "batches": run.batch_count,
         "idempotency_key": run.idempotency_key,
         "created_at": run.created_at.isoformat(),
@@ -72,6 +77,12 @@ def start(
         help="Actor profile: @file.json, inline JSON, or a published org/name@version.",
     ),
     plan: str = typer.Option(..., "--plan", help="Plan: @file.json or inline JSON."),
+    judge: str | None = typer.Option(
+        None, "--judge", help="Judge profile in place of the tasks' verifiers (evaluations)."
+    ),
+    model: str | None = typer.Option(
+        None, "--model", help="Bind the actor to this base model or checkpoint (tinker://...)."
+    ),
     idempotency_key: str | None = typer.Option(
         None, "--idempotency-key", help="Retrying with the same key returns the same run."
     ),
@@ -79,28 +90,32 @@ def start(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Accept an experiment and return its durable run id at once."""
-    engine = control_engine()
+    start_run(
+        Submission(dataset=dataset, actor=actor, plan=plan, judge=judge, model=model),
+        idempotency_key,
+        wait=wait,
+        as_json=as_json,
+    )
+
+
+def start_run(
+    submission: Submission, idempotency_key: str | None, *, wait: bool, as_json: bool
+) -> None:
     with user_errors(DatasetError, IdempotencyConflictError):
-        version = get_dataset(engine, dataset)
-        request = RunRequest(
-            owner=settings().owner,
-            dataset=DatasetPin(
-                name=version.name,
-                version=version.version,
-                digest=version.digest,
-                task_count=version.task_count,
-            ),
-            actor=read_profile(engine, actor, "actor profile"),
-            plan=read_plan(plan),
-        )
-        run, created = accept_run(engine, request, idempotency_key)
+        run, created = submit_run(control_engine(), submission, settings().owner, idempotency_key)
     if wait:
         run = follow_run(run.run_id, quiet=as_json)
         show_results(run, as_json)
         if run.status != "succeeded":
+            if run.status == "interrupted":
+                errors.print(
+                    f"run interrupted; see `synth run events {run.run_id}`, then "
+                    f"`synth run resume {run.run_id}`"
+                )
             raise typer.Exit(EXIT_RUN_FAILED)
         return
     emit(
+        "run start",
         {**_run_summary(run), "created": created},
         as_json,
         lambda: console.print(
@@ -108,6 +123,12 @@ def start(
             f"({run.status}); follow it with `synth run events {run.run_id} --follow`"
         ),
     )
+
+
+def my_run(engine: Engine, run_id: str) -> RunRecord:
+    """The run, if the operator (`SYNTH_OWNER`) owns it; otherwise a one-line refusal."""
+    with user_errors(RunNotFoundError, NotOwnerError):
+        return owned_run(engine, run_id, settings().owner)
 
 
 def follow_run(run_id: str, *, quiet: bool, poll_sec: float = 1.0) -> RunRecord:
@@ -135,7 +156,7 @@ def follow_run(run_id: str, *, quiet: bool, poll_sec: float = 1.0) -> RunRecord:
                     finished += 1
                     progress.update(bar, completed=finished)
             run = get_run(engine, run_id)
-            if run.finished:
+            if run.finished or run.status == "interrupted":
                 return run
             time.sleep(poll_sec)
 
@@ -170,6 +191,7 @@ def show_results(run: RunRecord, as_json: bool) -> None:
         console.print(f"Dagster UI: {dagster_runs_url(run.run_id)}")
 
     emit(
+        "run show",
         {
             **_run_summary(run),
             "summary": summary.as_dict(),
@@ -183,19 +205,100 @@ def show_results(run: RunRecord, as_json: bool) -> None:
 
 
 @run_app.command("show")
-def show(run_id: str = typer.Argument(...), as_json: bool = JSON_OPTION) -> None:
+def show(
+    run_id: str = typer.Argument(...),
+    assessments: bool = typer.Option(
+        False, "--assessments", help="Compare every assessor of the run's work (regrades)."
+    ),
+    as_json: bool = JSON_OPTION,
+) -> None:
     """Status, per-task attempts and rewards, pass rate, and where the work is."""
-    with user_errors(RunNotFoundError):
-        run = get_run(control_engine(), run_id)
-    show_results(run, as_json)
-    if run.status == "failed":
+    run = my_run(control_engine(), run_id)
+    if assessments:
+        show_assessments(run, as_json)
+    else:
+        show_results(run, as_json)
+    if run.status in ("failed", "interrupted"):
         raise typer.Exit(EXIT_RUN_FAILED)
+
+
+def show_assessments(run: RunRecord, as_json: bool) -> None:
+    from synth_pipelines.runtime.assessment_comparison import (
+        agreements,
+        assessment_sets,
+        verdicts_by_task,
+    )
+
+    sets = assessment_sets(control_engine(), _store(), run)
+    pairs = agreements(sets)
+    by_task = verdicts_by_task(sets)
+
+    def render() -> None:
+        table = Table("assessor", "assessed", "pass rate")
+        for group in sets:
+            rate = group.pass_rate()
+            table.add_row(
+                group.label, str(len(group.verdicts)), "-" if rate is None else f"{rate:.0%}"
+            )
+        console.print(table)
+        for pair in pairs:
+            rate = "-" if pair.rate is None else f"{pair.rate:.0%}"
+            console.print(
+                f"agreement {rate} ({pair.agreeing}/{pair.compared}) between {pair.first} and "
+                f"{pair.second}"
+                + (
+                    f"; they differ on {', '.join(pair.differing_tasks)}"
+                    if pair.differing_tasks
+                    else ""
+                )
+            )
+        tasks = Table("task", *(group.label for group in sets))
+        for task, verdicts in sorted(by_task.items()):
+            tasks.add_row(
+                task,
+                *(
+                    ", ".join("-" if r is None else f"{r:g}" for r in verdicts.get(group.label, []))
+                    for group in sets
+                ),
+            )
+        console.print(tasks)
+
+    emit(
+        "run show --assessments",
+        {
+            "run_id": run.run_id,
+            "assessment_sets": [
+                {
+                    "label": group.label,
+                    "assessor": group.assessor,
+                    "assessor_digest": group.assessor_digest,
+                    "assessed": len(group.verdicts),
+                    "pass_rate": group.pass_rate(),
+                }
+                for group in sets
+            ],
+            "agreements": [
+                {
+                    "first": pair.first,
+                    "second": pair.second,
+                    "compared": pair.compared,
+                    "agreeing": pair.agreeing,
+                    "rate": pair.rate,
+                    "differing_tasks": list(pair.differing_tasks),
+                }
+                for pair in pairs
+            ],
+            "tasks": by_task,
+        },
+        as_json,
+        render,
+    )
 
 
 @run_app.command("list")
 def list_(limit: int = typer.Option(50, "--limit", min=1), as_json: bool = JSON_OPTION) -> None:
-    """Recent runs, newest first."""
-    found = list_runs(control_engine(), limit=limit)
+    """Your recent runs (`SYNTH_OWNER`), newest first."""
+    found = list_runs(control_engine(), owner=settings().owner, limit=limit)
 
     def render() -> None:
         table = Table("run", "status", "kind", "dataset", "actor", "created")
@@ -210,14 +313,12 @@ def list_(limit: int = typer.Option(50, "--limit", min=1), as_json: bool = JSON_
             )
         console.print(table)
 
-    emit([_run_summary(run) for run in found], as_json, render)
+    emit("run list", [_run_summary(run) for run in found], as_json, render)
 
 
 def _print_event(event: RunEvent, as_json: bool) -> None:
     if as_json:
-        import json
-
-        typer.echo(json.dumps(event.as_dict(), sort_keys=True))
+        typer.echo(json.dumps(validated("run events", event.as_dict()), sort_keys=True))
     else:
         details = " ".join(f"{k}={v}" for k, v in sorted(event.data.items()))
         console.print(
@@ -231,12 +332,11 @@ def events(
     run_id: str = typer.Argument(...),
     after: int = typer.Option(0, "--after", min=0, help="Resume after this cursor (seq)."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the run ends."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON object per line."),
+    as_json: bool = JSON_LINES_OPTION,
 ) -> None:
     """Ordered run events; the seq of the last one printed is the cursor to resume from."""
     engine = control_engine()
-    with user_errors(RunNotFoundError):
-        get_run(engine, run_id)
+    my_run(engine, run_id)
     cursor = after
     while True:
         for event in read_events(engine, run_id=run_id, after=cursor):
@@ -249,3 +349,76 @@ def events(
         ):
             return
         time.sleep(1.0)
+
+
+@run_app.command("compare")
+def compare(
+    baseline: str = typer.Argument(..., help="The run to compare against."),
+    candidate: str = typer.Argument(..., help="The run that should be better."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """pass@1 of two runs with 95% Wilson intervals, and Fisher's exact test."""
+    from synth_pipelines.runtime.comparison import Proportion, fisher_exact
+
+    engine = control_engine()
+    store = _store()
+    runs = [my_run(engine, baseline), my_run(engine, candidate)]
+    rows = []
+    for run in runs:
+        summary = collect_results(engine, store, run).summary
+        proportion = Proportion(summary.passed, summary.assessed)
+        rows.append(
+            {
+                "run_id": run.run_id,
+                "status": run.status,
+                "dataset": run.spec.dataset.ref,
+                "model": run.spec.model or run.spec.actor.profile().model,
+                "attempts": summary.attempts,
+                "assessed": summary.assessed,
+                "passed": summary.passed,
+                "pass_at_1": proportion.rate,
+                "wilson_95": proportion.wilson(),
+                "proportion": proportion,
+            }
+        )
+    test = fisher_exact(rows[0].pop("proportion"), rows[1].pop("proportion"))
+    notes = [
+        f"{row['run_id']} is {row['status']}: its numbers are partial"
+        for row in rows
+        if row["status"] != "succeeded"
+    ]
+    if rows[0]["dataset"] != rows[1]["dataset"]:
+        notes.append("the runs evaluated different datasets: this is not a like-for-like test")
+    rates = [row["pass_at_1"] for row in rows]
+    document = {
+        "baseline": rows[0],
+        "candidate": rows[1],
+        "difference": None if None in rates else rates[1] - rates[0],
+        "fisher_p_two_sided": test.two_sided,
+        "fisher_p_greater": test.greater,
+        "notes": notes,
+    }
+
+    def render() -> None:
+        table = Table("", "run", "model", "passed/assessed", "pass@1", "95% CI (Wilson)")
+        for label, row in zip(("baseline", "candidate"), rows, strict=True):
+            interval = row["wilson_95"]
+            table.add_row(
+                label,
+                row["run_id"],
+                str(row["model"]),
+                f"{row['passed']}/{row['assessed']}",
+                "-" if row["pass_at_1"] is None else f"{row['pass_at_1']:.1%}",
+                "-" if interval is None else f"{interval[0]:.1%} - {interval[1]:.1%}",
+            )
+        console.print(table)
+        if document["difference"] is not None:
+            console.print(f"difference {document['difference']:+.1%}")
+        console.print(
+            f"Fisher exact p = {test.two_sided:.3g} (two-sided), "
+            f"{test.greater:.3g} (candidate better)"
+        )
+        for note in notes:
+            errors.print(f"note: {note}")
+
+    emit("run compare", document, as_json, render)

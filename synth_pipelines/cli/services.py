@@ -13,11 +13,21 @@ from synth_pipelines.services.supervisor import ServiceStartError, log_file, sta
 services_app = typer.Typer()
 
 
+def _create_dagster_storage(home: str) -> None:
+    """Create the instance's storage before its services start: the daemon and the
+    webserver, started together on a fresh home, can both stamp the schedule storage's
+    schema version, after which no code server loads."""
+    import dagster as dg
+
+    dg.DagsterInstance.from_config(home).dispose()
+
+
 @services_app.command("up")
 def up(as_json: bool = JSON_OPTION) -> None:
     """Start the embedded services unless they run: model service, proxy, Dagster daemon and UI."""
     config = settings()
     config.dagster_home.mkdir(parents=True, exist_ok=True)
+    _create_dagster_storage(str(config.dagster_home))
     rows = []
     for service in embedded_services(config):
         try:
@@ -41,7 +51,7 @@ def up(as_json: bool = JSON_OPTION) -> None:
             table.add_row(row["service"], state, row["address"], row["log"])
         console.print(table)
 
-    emit(rows, as_json, render)
+    emit("up", rows, as_json, render)
 
 
 @services_app.command("down")
@@ -53,6 +63,7 @@ def down(as_json: bool = JSON_OPTION) -> None:
         for service in reversed(embedded_services(config))
     ]
     emit(
+        "down",
         rows,
         as_json,
         lambda: [

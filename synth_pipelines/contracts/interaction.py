@@ -16,6 +16,7 @@ class Interaction(TableRow):
     run_id: str
     batch: str | None
     attempt_id: str
+    trial_id: str | None
     owner: str
     role: str
     agent_id: str

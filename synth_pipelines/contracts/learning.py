@@ -27,6 +27,7 @@ class QualifiedAttempt(TableRow):
     run_id: str
     batch: str
     attempt_id: str
+    trial_id: str
     group_index: int
     task_name: str
     reward: float | None

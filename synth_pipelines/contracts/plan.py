@@ -59,6 +59,11 @@ class Timeouts(StrictModel):
 
 class ExecutionSettings(StrictModel):
     max_tasks: int | None = Field(default=None, ge=1)
+    seed: int = Field(
+        default=0,
+        description="seeds sampling: each model call samples with a seed derived from this, "
+        "the attempt's place in the run and the call's index, so a run can be repeated",
+    )
     budget: ResourceBudget = Field(default_factory=ResourceBudget)
     environment: EnvironmentChoice = Field(default_factory=EnvironmentChoice)
     overrides: ResourceOverrides = Field(default_factory=ResourceOverrides)
@@ -100,7 +105,6 @@ class TrainPlan(ExecutionSettings):
     max_tokens: int = Field(default=512, ge=1)
     temperature: float = Field(default=1.0, ge=0)
     eligibility: Eligibility = Field(default_factory=Eligibility)
-    seed: int = 0
     continue_optimizer: bool = Field(
         default=False,
         description="when the model binding is a checkpoint: continue its optimizer state "
@@ -120,4 +124,19 @@ class TrainPlan(ExecutionSettings):
         return math.ceil(self.epochs * task_count / self.groups_per_batch)
 
 
-Plan = Annotated[EvalPlan | ExecutePlan | TrainPlan, Field(discriminator="kind")]
+class WarmStartPlan(StrictModel):
+    """Supervised training on worked examples before any sampling: each task's
+    `solution/demonstration.json` is rendered as the harness would send it and its
+    assistant turns are learned with cross-entropy, through the same tinker API as
+    every other update. One checkpoint at the end; a train or eval run binds it."""
+
+    kind: Literal["warm_start"]
+    steps: int = Field(default=60, ge=1, le=100_000)
+    demonstrations_per_step: int = Field(default=8, ge=1)
+    learning_rate: float = Field(default=3e-3, gt=0)
+    lora_rank: int = Field(default=16, ge=1, le=256)
+    seed: int = 0
+    max_tasks: int | None = Field(default=None, ge=1)
+
+
+Plan = Annotated[EvalPlan | ExecutePlan | TrainPlan | WarmStartPlan, Field(discriminator="kind")]

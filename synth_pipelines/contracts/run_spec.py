@@ -9,7 +9,7 @@ from datetime import datetime
 import rfc8785
 from pydantic import BaseModel, ConfigDict
 
-from synth_pipelines.contracts.plan import Plan, TrainPlan
+from synth_pipelines.contracts.plan import Plan, TrainPlan, WarmStartPlan
 from synth_pipelines.contracts.profile import PinnedProfile
 
 
@@ -60,18 +60,25 @@ class RunSpec(RunRequest):
     def tasks_per_batch(self) -> int:
         if isinstance(self.plan, TrainPlan):
             return self.plan.groups_per_batch
+        if isinstance(self.plan, WarmStartPlan):
+            return self.task_limit
         return self.plan.tasks_per_batch
 
     @property
     def attempts_per_task(self) -> int:
+        """Sampled attempts per task; a warm start samples none."""
         if isinstance(self.plan, TrainPlan):
             return self.plan.attempts_per_group
+        if isinstance(self.plan, WarmStartPlan):
+            return 0
         return self.plan.attempts_per_task
 
     @property
     def batch_count(self) -> int:
         if isinstance(self.plan, TrainPlan):
             return self.plan.batch_count(self.task_limit)
+        if isinstance(self.plan, WarmStartPlan):
+            return 1
         return math.ceil(self.task_limit / self.plan.tasks_per_batch)
 
 

@@ -16,5 +16,11 @@ class TokenClaims(BaseModel):
     model: str
     role: str = Field(default="actor", pattern="^(actor|judge|interactive|operator)$")
     batch: str | None = None
+    trial_id: str | None = Field(
+        default=None, description="the execution of the attempt (a Harbor trial) it serves"
+    )
+    sampling_seed: int | None = Field(
+        default=None, description="the run's seed; the proxy derives each call's from it"
+    )
     expires_at: int = Field(description="Unix seconds")
     token_id: str

@@ -22,6 +22,7 @@ class TrialOutcome(TableRow):
     effective_model: str | None
     status: str
     rewards_json: str | None
+    rationale: str | None
     reward_valid: bool
     exception_type: str | None
     exception_message: str | None

@@ -83,3 +83,14 @@ def batch_checkpoint(engine: Engine, run_id: str, batch_index: int) -> Checkpoin
             )
         ).first()
     return _checkpoint(row) if row else None
+
+
+def newest_checkpoint(engine: Engine, owner: str) -> Checkpoint | None:
+    with engine.connect() as conn:
+        row = conn.execute(
+            select(checkpoints)
+            .where(checkpoints.c.owner == owner)
+            .order_by(checkpoints.c.created_at.desc())
+            .limit(1)
+        ).first()
+    return _checkpoint(row) if row else None

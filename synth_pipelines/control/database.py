@@ -5,10 +5,21 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, text
 
 from synth_pipelines.config import settings
 from synth_pipelines.control.schema import metadata
+
+# PostgreSQL advisory lock ids, one per step that processes must take one at a time.
+SCHEMA_LOCK = 0x73796E7468_01
+EVENT_ORDER_LOCK = 0x73796E7468_02
+
+
+def hold_lock(conn: Connection, lock_id: int) -> None:
+    """Hold `lock_id` until the transaction ends. SQLite needs none: its write lock is
+    already held from a transaction's first write until it commits."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(:lock_id)"), {"lock_id": lock_id})
 
 
 def _configure_sqlite(engine: Engine) -> None:
@@ -30,8 +41,17 @@ def engine_for(url: str) -> Engine:
         _configure_sqlite(engine)
     else:
         engine = create_engine(url, pool_pre_ping=True)
-    metadata.create_all(engine)
+    create_tables(engine)
     return engine
+
+
+def create_tables(engine: Engine) -> None:
+    """Create missing tables. Every service does this at start-up against the same
+    database; on PostgreSQL two concurrent CREATE TABLEs of one name collide, so one
+    process at a time checks and creates."""
+    with engine.begin() as conn:
+        hold_lock(conn, SCHEMA_LOCK)
+        metadata.create_all(conn)
 
 
 def control_engine() -> Engine:

@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, insert, select
 
+from synth_pipelines.control.database import EVENT_ORDER_LOCK, hold_lock
 from synth_pipelines.control.schema import run_events
 
 
@@ -31,6 +32,10 @@ class RunEvent:
 
 
 def append_event(conn: Connection, run_id: str, kind: str, data: dict[str, Any]) -> int:
+    # Readers resume after the last seq they saw, so seqs must become visible in order.
+    # A PostgreSQL sequence hands out numbers at insert, not at commit: without the lock
+    # a later seq could commit first and a reader would step over the earlier one.
+    hold_lock(conn, EVENT_ORDER_LOCK)
     result = conn.execute(
         insert(run_events).values(
             run_id=run_id,

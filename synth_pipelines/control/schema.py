@@ -165,3 +165,17 @@ policy_updates = Table(
     Column("resolution", Text, nullable=True),
     PrimaryKeyConstraint("run_id", "batch"),
 )
+
+regrades = Table(
+    "regrades",
+    metadata,
+    Column("regrade_id", String(40), primary_key=True),
+    Column("run_id", String(40), nullable=False),
+    Column("assessor", String(300), nullable=False),
+    Column("assessor_digest", String(80), nullable=True),
+    Column("backfill_id", String(80), nullable=True),
+    Column("batches", Integer, nullable=False),
+    Column("evaluation_only", Integer, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Index("ix_regrades_run", "run_id"),
+)

@@ -57,3 +57,14 @@ def load_table(engine: Engine, store: ObjectStore, asset: str, partition: str) -
     if ref is None:
         raise TableMissingError(f"no stored {asset} table for partition {partition!r}")
     return parquet_to_table(store.get(ref.key, expected_sha256=ref.sha256))
+
+
+def table_history(engine: Engine, asset: str, partition: str) -> list[ObjectRef]:
+    """Every stored version of a partition's table, oldest first (regrades add versions)."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(asset_outputs)
+            .where(asset_outputs.c.asset == asset, asset_outputs.c.partition == partition)
+            .order_by(asset_outputs.c.id)
+        ).all()
+    return [ObjectRef(row.object_key, row.sha256, row.size) for row in rows]

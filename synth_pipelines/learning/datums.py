@@ -21,7 +21,7 @@ from synth_pipelines.learning.trajectories import agent_calls, trajectory
 def attempt_datums(standing: QualifiedAttempt, calls: list[Interaction]) -> list[DatumRow]:
     assert standing.advantage is not None
     rows = []
-    for agent_id, agent in agent_calls(actor_calls(calls)).items():
+    for agent_id, agent in agent_calls(actor_calls(calls, standing.trial_id)).items():
         for number, datum in enumerate(trajectory_to_data(trajectory(agent), standing.advantage)):
             inputs = datum.loss_fn_inputs
             rows.append(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from sqlalchemy import Engine
 
 from synth_pipelines.contracts.learning import PolicyBinding
-from synth_pipelines.contracts.plan import TrainPlan
+from synth_pipelines.contracts.plan import TrainPlan, WarmStartPlan
 from synth_pipelines.contracts.run_spec import RunSpec, batch_key
 from synth_pipelines.control.checkpoints import batch_checkpoint, find_checkpoint
 
@@ -31,7 +31,7 @@ def effective_model(spec: RunSpec) -> str:
 
 def bind_policy(engine: Engine, spec: RunSpec, index: int) -> PolicyBinding:
     key = batch_key(spec.run_id, index)
-    training = isinstance(spec.plan, TrainPlan)
+    training = isinstance(spec.plan, TrainPlan | WarmStartPlan)
     if training and index > 0:
         previous = batch_checkpoint(engine, spec.run_id, index - 1)
         if previous is None:
@@ -70,7 +70,7 @@ def bind_policy(engine: Engine, spec: RunSpec, index: int) -> PolicyBinding:
         raise PolicyGateError(
             f"checkpoint {model} belongs to {checkpoint.owner!r}, not to {spec.owner!r}"
         )
-    continue_optimizer = training and spec.plan.continue_optimizer
+    continue_optimizer = isinstance(spec.plan, TrainPlan) and spec.plan.continue_optimizer
     starts_from = "weights and optimizer" if continue_optimizer else "weights"
     return PolicyBinding(
         run_id=spec.run_id,

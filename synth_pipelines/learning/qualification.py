@@ -21,9 +21,14 @@ from synth_pipelines.contracts.plan import Eligibility
 from synth_pipelines.contracts.trial import TrialOutcome
 
 
-def actor_calls(calls: list[Interaction]) -> list[Interaction]:
-    """Only the actor's own calls train the actor (never a judge's)."""
-    return [call for call in calls if call.role == "actor"]
+def actor_calls(calls: list[Interaction], trial_id: str | None = None) -> list[Interaction]:
+    """The actor's own calls (never a judge's), from the execution that produced the
+    outcome being learned from."""
+    return [
+        call
+        for call in calls
+        if call.role == "actor" and (trial_id is None or call.trial_id == trial_id)
+    ]
 
 
 def attempt_exclusion(
@@ -81,7 +86,7 @@ def qualify_group(
     standing = []
     for outcome in outcomes:
         assessment = assessments.get(outcome.attempt_id)
-        mine = actor_calls(calls.get(outcome.attempt_id, []))
+        mine = actor_calls(calls.get(outcome.attempt_id, []), outcome.trial_id)
         exclusion = attempt_exclusion(assessment, mine, problems.get(outcome.attempt_id), sampler)
         standing.append((outcome, assessment, mine, exclusion))
     qualified = [(o, a) for o, a, _, excluded in standing if excluded is None]
@@ -106,6 +111,7 @@ def qualify_group(
             run_id=outcome.run_id,
             batch=outcome.batch,
             attempt_id=outcome.attempt_id,
+            trial_id=outcome.trial_id,
             group_index=outcome.group_index,
             task_name=outcome.task_name,
             reward=assessment.reward if assessment is not None else None,

@@ -37,6 +37,13 @@ def discover_task_dirs(directory: Path) -> list[Path]:
     found = sorted(path for path in directory.iterdir() if (path / "task.toml").is_file())
     if not found:
         raise DatasetError(f"{directory}: holds no task directories (none has a task.toml)")
+    root = directory.resolve()
+    for task_dir in found:
+        if not task_dir.resolve().is_relative_to(root):
+            raise DatasetError(
+                f"{task_dir}: links to {task_dir.resolve()}, outside {directory}; a dataset "
+                "publishes what its directory holds, so copy the task in"
+            )
     return found
 
 

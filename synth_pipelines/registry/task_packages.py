@@ -48,6 +48,11 @@ def load_task(task_dir: Path) -> Task:
         return Task(task_dir)
     except tomllib.TOMLDecodeError as error:
         raise TaskFormatError(f"{config}: not valid TOML ({error})") from None
+    except UnicodeDecodeError as error:
+        raise TaskFormatError(
+            f"{task_dir}: a task file is not UTF-8 text (byte {error.start}: {error.reason}); "
+            "task.toml and instruction.md must be text"
+        ) from None
     except ValidationError as error:
         first = error.errors(include_url=False)[0]
         where = ".".join(str(part) for part in first["loc"]) or "task.toml"

@@ -21,7 +21,8 @@ from synth_pipelines.contracts.dataset import TaskRef
 from synth_pipelines.contracts.plan import ExecutionSettings
 from synth_pipelines.contracts.profile import PinnedProfile, Profile
 from synth_pipelines.contracts.trial import TrialOutcome
-from synth_pipelines.runtime.trial_records import archive_trial, directory_digest
+from synth_pipelines.judging.verifier import IMPORT_PATH as JUDGE_VERIFIER
+from synth_pipelines.runtime.trial_records import archive_trial, directory_digest, read_rationale
 from synth_pipelines.storage.objectstore import ObjectRef, ObjectStore
 
 LOCAL_ENVIRONMENT = "synth_pipelines.sandbox.bwrap:BwrapEnvironment"
@@ -53,21 +54,26 @@ class Actor:
         return cls(pinned, profile, model or profile.model)
 
 
-def environment_config(settings: ExecutionSettings, actor: Actor) -> EnvironmentConfig:
+def environment_config(settings: ExecutionSettings, *profiles: Profile) -> EnvironmentConfig:
+    """The environment of the agent and of the separate verifier alike; locally it binds
+    what the launched engines of these profiles need (read-only) into both."""
     choice, overrides = settings.environment, settings.overrides
-    mounts = []
+    kwargs: dict = dict(choice.kwargs)
     if choice.provider == "local":
         location = {"import_path": LOCAL_ENVIRONMENT}
-        if actor.profile.launched:
-            mounts = [mount.as_harbor() for mount in engine_runtime(actor.profile.engine).mounts()]
+        engines = sorted({profile.engine for profile in profiles if profile.launched})
+        found = {
+            mount.target: mount for engine in engines for mount in engine_runtime(engine).mounts()
+        }
+        if found:
+            kwargs["read_only_binds"] = [mount.as_bind() for mount in found.values()]
     elif ":" in choice.provider:
         location = {"import_path": choice.provider}
     else:
         location = {"type": choice.provider}
     return EnvironmentConfig(
         **location,
-        kwargs=dict(choice.kwargs),
-        mounts=mounts or None,
+        kwargs=kwargs,
         override_cpus=overrides.cpus,
         override_memory_mb=overrides.memory_mb,
         override_storage_mb=overrides.storage_mb,
@@ -91,6 +97,7 @@ def agent_config(actor: Actor, attempt: AttemptContext, settings: ExecutionSetti
         task_name=attempt.task.name,
         model=actor.model,
         role=actor.profile.role,
+        sampling_seed=settings.seed,
     )
     return AgentConfig(
         import_path=PROFILE_AGENT,
@@ -106,6 +113,37 @@ def agent_config(actor: Actor, attempt: AttemptContext, settings: ExecutionSetti
     )
 
 
+def verifier_config(
+    attempt: AttemptContext,
+    settings: ExecutionSettings,
+    judge: PinnedProfile | None,
+    *,
+    verify: bool,
+) -> VerifierConfig:
+    """The task's own verifier, or a judge profile in its place."""
+    timeout = settings.timeouts.verifier_sec
+    if judge is None or not verify:
+        return VerifierConfig(disable=not verify, override_timeout_sec=timeout)
+    profile = judge.profile()
+    if profile.model is None:
+        raise ValueError(f"judge profile {profile.ref} binds no model")
+    identity = AttemptIdentity(
+        run_id=attempt.run_id,
+        attempt_id=attempt.attempt_id,
+        batch=attempt.batch,
+        owner=attempt.owner,
+        task_name=attempt.task.name,
+        model=profile.model,
+        role="judge",
+        sampling_seed=settings.seed,
+    )
+    return VerifierConfig(
+        import_path=JUDGE_VERIFIER,
+        kwargs={"judge": judge.model_dump(), "identity": asdict(identity)},
+        override_timeout_sec=timeout,
+    )
+
+
 def trial_config(
     attempt: AttemptContext,
     actor: Actor,
@@ -113,16 +151,17 @@ def trial_config(
     trials_dir: Path,
     *,
     verify: bool,
+    judge: PinnedProfile | None = None,
 ) -> TrialConfig:
     return TrialConfig(
         task=TrialTaskConfig(path=attempt.task_dir),
         trial_name=attempt.attempt_id,
         trials_dir=trials_dir,
         agent=agent_config(actor, attempt, settings),
-        environment=environment_config(settings, actor),
-        verifier=VerifierConfig(
-            disable=not verify, override_timeout_sec=settings.timeouts.verifier_sec
+        environment=environment_config(
+            settings, actor.profile, *([judge.profile()] if judge else [])
         ),
+        verifier=verifier_config(attempt, settings, judge, verify=verify),
     )
 
 
@@ -151,6 +190,7 @@ def outcome_from_result(
         effective_model=actor.model,
         status="completed" if error is None else "failed",
         rewards_json=json.dumps(rewards, sort_keys=True) if rewards is not None else None,
+        rationale=read_rationale(trial_dir),
         reward_valid=result.reward_valid,
         exception_type=error.exception_type if error else None,
         exception_message=error.exception_message[:2000] if error else None,
@@ -171,12 +211,15 @@ async def run_attempt(
     trials_dir: Path,
     *,
     verify: bool,
+    judge: PinnedProfile | None = None,
 ) -> TrialOutcome:
     """Run the attempt's trial, retain its record, and discard the local copy."""
     trial_dir = trials_dir / attempt.attempt_id
     shutil.rmtree(trial_dir, ignore_errors=True)
     started = time.monotonic()
-    trial = await Trial.create(trial_config(attempt, actor, settings, trials_dir, verify=verify))
+    trial = await Trial.create(
+        trial_config(attempt, actor, settings, trials_dir, verify=verify, judge=judge)
+    )
     result = await trial.run()
     ref = archive_trial(
         store, trial_dir, f"runs/{attempt.run_id}/trials/{attempt.attempt_id}/{result.id}.tar.gz"

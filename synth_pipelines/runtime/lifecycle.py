@@ -7,7 +7,8 @@ from typing import Any
 from sqlalchemy import Engine
 
 from synth_pipelines.contracts.run_spec import RunSpec, batch_key
-from synth_pipelines.control.events import record_event
+from synth_pipelines.control.events import read_events, record_event
+from synth_pipelines.control.policy_updates import refuse_if_unresolved
 from synth_pipelines.control.runs import get_run, transition
 
 
@@ -29,15 +30,52 @@ def start_batch(engine: Engine, spec: RunSpec, index: int, attempts: int) -> Non
 
 
 def complete_batch(engine: Engine, spec: RunSpec, index: int, summary: dict[str, Any]) -> None:
-    record_event(
-        engine,
-        spec.run_id,
-        "batch.completed",
-        {"batch": batch_key(spec.run_id, index), "index": index, **summary},
-    )
+    """Record a batch as done, once, however often its last step is materialized."""
+    key = batch_key(spec.run_id, index)
+    done = read_events(engine, run_id=spec.run_id, kinds=("batch.completed",), limit=100_000)
+    if any(event.data.get("batch") == key for event in done):
+        return
+    record_event(engine, spec.run_id, "batch.completed", {"batch": key, "index": index, **summary})
     if index == spec.batch_count - 1:
         transition(engine, spec.run_id, "succeeded", "run.succeeded", {"batches": spec.batch_count})
 
 
-def fail_run(engine: Engine, run_id: str, reason: str, data: dict[str, Any]) -> None:
-    transition(engine, run_id, "failed", "run.failed", {"reason": reason, **data})
+def interrupt_run(engine: Engine, run_id: str, reason: str, data: dict[str, Any]) -> None:
+    """A batch failed: the run stops where it is and can be resumed after a look."""
+    transition(
+        engine,
+        run_id,
+        "interrupted",
+        "run.interrupted",
+        {"reason": reason, **data},
+        from_status=("accepted", "running"),
+    )
+
+
+def resume_run(engine: Engine, run_id: str) -> int:
+    """Ask the batch gate to relaunch an interrupted run's unfinished batch."""
+    refuse_if_unresolved(engine, run_id)
+    run = get_run(engine, run_id)
+    if run.status != "interrupted":
+        raise RunNotActiveError(f"run {run_id} is {run.status}; only an interrupted run resumes")
+    completed = len(read_events(engine, run_id=run_id, kinds=("batch.completed",), limit=100_000))
+    transition(
+        engine,
+        run_id,
+        "running",
+        "run.resumed",
+        {"batch": batch_key(run_id, completed)},
+        from_status=("interrupted",),
+    )
+    return completed
+
+
+def cancel_run(engine: Engine, run_id: str, reason: str) -> bool:
+    return transition(
+        engine,
+        run_id,
+        "cancelled",
+        "run.cancelled",
+        {"reason": reason},
+        from_status=("accepted", "running", "interrupted"),
+    )

@@ -74,7 +74,9 @@ async def run_batch_trials(
             owner=spec.owner,
         )
         async with admission.admit(demands[group_index], f"task {group.task.name}"):
-            outcome = await run_attempt(context, actor, settings, store, trials_dir, verify=verify)
+            outcome = await run_attempt(
+                context, actor, settings, store, trials_dir, verify=verify, judge=spec.judge
+            )
         record_event(
             engine,
             spec.run_id,

@@ -25,6 +25,15 @@ def directory_digest(directory: Path) -> str | None:
     return f"sha256:{outer.hexdigest()}"
 
 
+RATIONALE_CHARS = 4000
+
+
+def read_rationale(trial_dir: Path) -> str | None:
+    """A judge's rationale, when the trial's verifier left one."""
+    path = trial_dir / "verifier" / "rationale.md"
+    return path.read_text(errors="replace")[:RATIONALE_CHARS] if path.is_file() else None
+
+
 def archive_trial(store: ObjectStore, trial_dir: Path, key: str) -> ObjectRef:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:

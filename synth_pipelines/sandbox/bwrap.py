@@ -9,15 +9,20 @@ isolates and how is written up in docs/sandbox.md.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import pwd
 import re
 import secrets
 import shlex
+import shutil
 import signal
 import tarfile
+import tempfile
+from collections.abc import AsyncIterator
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 from harbor.environments.base import BaseEnvironment, ExecResult, transfer_tar_filter
 from harbor.environments.capabilities import (
@@ -62,6 +67,7 @@ from synth_pipelines.sandbox.limits import (
 )
 from synth_pipelines.sandbox.namespace import SYSTEM_PATH, SandboxInit, join_cgroup
 from synth_pipelines.sandbox.route import SandboxRoute
+from synth_pipelines.sandbox.storage import SizedFilesystem, can_mount_sized_filesystem
 
 ROOT_HOME = PurePosixPath("/root")
 INSTALLED_AGENT_DIR = PurePosixPath("/installed-agent")
@@ -78,6 +84,12 @@ class BwrapOptions(EnvironmentOptions):
         ge=16,
         description="Most processes and threads the sandbox may hold at once (cgroup pids.max).",
     )
+    read_only_binds: list[str] = Field(
+        default_factory=list,
+        description="'HOST_PATH:SANDBOX_PATH' bound read-only, e.g. a harness's runtime. "
+        "Unlike Harbor's `mounts`, these reach the separate verifier environment too "
+        "(a judge runs there).",
+    )
 
 
 class BwrapEnvironment(BaseEnvironment):
@@ -90,6 +102,7 @@ class BwrapEnvironment(BaseEnvironment):
         self._init: SandboxInit | None = None
         self._cgroup: SandboxCgroup | None = None
         self._routes: list[SandboxRoute] = []
+        self._storage: SizedFilesystem | None = None
         self._exec_numbers = itertools.count(1)
         super().__init__(*args, **kwargs)
         name = f"{re.sub(r'[^A-Za-z0-9._-]', '_', self.session_id)}-{secrets.token_hex(4)}"
@@ -176,7 +189,17 @@ class BwrapEnvironment(BaseEnvironment):
         return {top_level(path) for path in fixed}
 
     def _host_binds(self) -> list[Bind]:
+        options = self.options if isinstance(self.options, BwrapOptions) else BwrapOptions()
         binds = []
+        for spec in options.read_only_binds:
+            source, separator, target = spec.partition(":")
+            if not separator or not target.startswith("/"):
+                raise SandboxPathError(
+                    f"read_only_binds entry {spec!r} must be 'HOST_PATH:/SANDBOX_PATH'"
+                )
+            binds.append(
+                Bind(source=Path(source).resolve(), target=PurePosixPath(target), read_only=True)
+            )
         for mount in self._host_mounts:
             if mount["type"] != "bind":
                 raise UnsupportedTaskError(
@@ -205,6 +228,12 @@ class BwrapEnvironment(BaseEnvironment):
             raise
 
     def _lay_down(self) -> None:
+        storage_mb = self._effective_storage_mb
+        if storage_mb and can_mount_sized_filesystem():
+            self._storage = SizedFilesystem(
+                self._filesystem.writable_root, self.sandbox_dir / "storage.img", storage_mb
+            )
+            self._storage.mount()
         self._filesystem.create()
         self._filesystem.lay_down(self.recipe, self.environment_dir)
         if not self._enable_environment_dir_upload:
@@ -237,10 +266,12 @@ class BwrapEnvironment(BaseEnvironment):
                 limits.cpus,
                 self.environment_name,
             )
-        if self.task_env_config.storage_mb:
+        if self._effective_storage_mb and not can_mount_sized_filesystem():
             self.logger.warning(
-                "storage_mb=%s is not enforced by the bwrap sandbox.",
-                self.task_env_config.storage_mb,
+                "This process cannot mount a filesystem image (it needs CAP_SYS_ADMIN, "
+                "loop devices and mkfs.ext4): storage_mb=%s is not enforced for %s.",
+                self._effective_storage_mb,
+                self.environment_name,
             )
 
     async def open_route(self, inside_port: int, target_host: str, target_port: int) -> str:
@@ -264,6 +295,10 @@ class BwrapEnvironment(BaseEnvironment):
         if self._cgroup is not None:
             await asyncio.to_thread(self._cgroup.remove)
             self._cgroup = None
+        if self._storage is not None:
+            release = self._storage.unmount if delete else self._storage.unmount_keeping_files
+            await asyncio.to_thread(release)
+            self._storage = None
         if delete:
             await asyncio.to_thread(self._filesystem.remove)
 
@@ -275,6 +310,20 @@ class BwrapEnvironment(BaseEnvironment):
         timeout_sec: int | None = None,
         user: str | int | None = None,
     ) -> ExecResult:
+        return await self._run_inside(command, cwd=cwd, env=env, timeout_sec=timeout_sec, user=user)
+
+    async def _run_inside(
+        self,
+        command: str,
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout_sec: int | None = None,
+        user: str | int | None = None,
+        stdin_fd: int | None = None,
+        stdout_fd: int | None = None,
+    ) -> ExecResult:
+        """`exec`, optionally with stdin and stdout connected to host files."""
         init = self._running_init()
         uid, gid, home = _identity(self._resolve_user(user))
         workdir = effective_exec_cwd(
@@ -306,6 +355,8 @@ class BwrapEnvironment(BaseEnvironment):
                 timeout_sec=timeout_sec,
                 kill=kill,
                 on_output=self._output_callback(),
+                stdin_fd=stdin_fd,
+                stdout_fd=stdout_fd,
             )
         except CommandTimedOut:
             raise SandboxCommandTimeoutError(
@@ -356,67 +407,104 @@ class BwrapEnvironment(BaseEnvironment):
         await self._push(PurePosixPath(target_dir), members)
 
     async def download_file(self, source_path: str, target_path: Path | str) -> None:
-        staged = self._staging_name()
-        await self._transfer(
-            f"cp -- {shlex.quote(source_path)} {shlex.quote(str(staged))}", source_path, staged
+        source = PurePosixPath(source_path)
+        # -h: the file a symlink names inside the sandbox, archived as what it is, so a
+        # link to a device, fifo or directory arrives as that entry alone, not content.
+        command = (
+            f"tar -chf - --sparse --no-recursion -C {shlex.quote(str(source.parent))} "
+            f"-- {shlex.quote(source.name)}"
         )
-        target = Path(target_path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with self._open_staged(staged) as staged_file, target.open("wb") as out:
-            while chunk := staged_file.read(1 << 20):
-                out.write(chunk)
+        async with self._pulled(command, source_path) as archive_file:
+            with tarfile.open(fileobj=archive_file) as archive:
+                member = archive.next()
+                if member is None or not member.isfile():
+                    raise SandboxPathError(
+                        f"{source_path!r} in sandbox {self.session_id} is not a regular file"
+                    )
+                target = Path(target_path)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with archive.extractfile(member) as content, target.open("wb") as out:
+                    shutil.copyfileobj(content, out, 1 << 20)
 
     async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
-        staged = self._staging_name()
-        await self._transfer(
-            f"tar -cf {shlex.quote(str(staged))} -C {shlex.quote(source_dir)} .",
-            source_dir,
-            staged,
-        )
-        target = Path(target_dir)
-        target.mkdir(parents=True, exist_ok=True)
-        with self._open_staged(staged) as staged_file, tarfile.open(fileobj=staged_file) as archive:
-            archive.extractall(target, filter=self._downloadable)
+        command = f"tar -cf - --sparse -C {shlex.quote(source_dir)} ."
+        async with self._pulled(command, source_dir) as archive_file:
+            target = Path(target_dir)
+            target.mkdir(parents=True, exist_ok=True)
+            with tarfile.open(fileobj=archive_file) as archive:
+                archive.extractall(target, filter=self._downloadable)
 
     async def _push(self, target_dir: PurePosixPath, members: list[tuple[Path, str]]) -> None:
-        staged = self._staging_name()
-        host_staged = self._filesystem.host_path(staged)
-        # O_EXCL: the sandbox can write to /tmp, so never reuse a name it could have made.
-        with open(host_staged, "xb") as out, tarfile.open(fileobj=out, mode="w") as archive:
-            for path, name in members:
-                archive.add(path, arcname=name, filter=_owned_by_root)
-        quoted = shlex.quote(str(target_dir))
-        await self._transfer(
-            f"mkdir -p {quoted} && tar -xf {shlex.quote(str(staged))} -C {quoted} --no-same-owner",
-            str(target_dir),
-            staged,
-        )
+        with self._transfer_file() as archive_file:
+            with tarfile.open(fileobj=archive_file, mode="w") as archive:
+                for path, name in members:
+                    archive.add(path, arcname=name, filter=_owned_by_root)
+            archive_file.seek(0)
+            quoted = shlex.quote(str(target_dir))
+            await self._transfer(
+                f"mkdir -p {quoted} && tar -xf - -C {quoted} --no-same-owner",
+                str(target_dir),
+                stdin_fd=archive_file.fileno(),
+            )
 
-    async def _transfer(self, command: str, path: str, staged: PurePosixPath) -> None:
-        """Run a transfer step inside the sandbox as root; on failure drop the staged file."""
-        try:
-            result = await self.exec(command, timeout_sec=TRANSFER_TIMEOUT_SEC, user="root")
-        except BaseException:
-            self._discard(staged)
-            raise
+    @contextlib.asynccontextmanager
+    async def _pulled(self, command: str, path: str) -> AsyncIterator[BinaryIO]:
+        """A host file holding what `command` writes to stdout inside the sandbox.
+
+        With a storage bound, a download is capped at twice `storage_mb`: the sandbox's
+        own files fit in that, so anything larger reaches beyond them (through a link
+        to the host's system directories) and must not fill the host's disk.
+        """
+        limit = 2 * self._storage.size_mb * 2**20 if self._storage is not None else None
+        with self._transfer_file() as archive_file:
+            await self._transfer(command, path, stdout_fd=archive_file.fileno(), stdout_limit=limit)
+            archive_file.seek(0)
+            yield archive_file
+
+    def _transfer_file(self) -> BinaryIO:
+        """An anonymous host file for a transfer, outside the sandbox's writable state.
+
+        Transfers never stage inside the sandbox: a sandbox that filled its storage
+        can still hand over its logs, and nothing inside can swap a staged file.
+        """
+        return tempfile.TemporaryFile(dir=self.sandbox_dir)
+
+    async def _transfer(
+        self,
+        command: str,
+        path: str,
+        *,
+        stdin_fd: int | None = None,
+        stdout_fd: int | None = None,
+        stdout_limit: int | None = None,
+    ) -> None:
+        """Run a transfer step inside the sandbox as root; with `stdout_limit`, output
+        past that many bytes is cut off and the transfer refused."""
+        if stdout_limit is not None:
+            command = f"set -o pipefail; {command} | head -c {stdout_limit + 1}"
+        result = await self._run_inside(
+            command,
+            timeout_sec=TRANSFER_TIMEOUT_SEC,
+            user="root",
+            stdin_fd=stdin_fd,
+            stdout_fd=stdout_fd,
+        )
+        over_limit = (
+            stdout_limit is not None
+            and stdout_fd is not None
+            and os.fstat(stdout_fd).st_size > stdout_limit
+        )
+        if over_limit:
+            raise SandboxPathError(
+                f"Transfer of {path!r} from sandbox {self.session_id} exceeds "
+                f"{stdout_limit >> 20} MB, twice the sandbox's storage_mb: it reaches "
+                "beyond the sandbox's own files (a link to host directories?) and was refused"
+            )
         if result.return_code != 0:
-            self._discard(staged)
             raise SandboxPathError(
                 f"Transfer of {path!r} in sandbox {self.session_id} failed "
                 f"(exit {result.return_code}): {(result.stderr or result.stdout or '').strip()}"
             )
-
-    @staticmethod
-    def _staging_name() -> PurePosixPath:
-        return TMP_DIR / f".synth-transfer-{secrets.token_hex(8)}"
-
-    def _open_staged(self, staged: PurePosixPath):
-        host_path = self._filesystem.host_path(staged)
-        # O_NOFOLLOW: a process inside could swap the file for a link to a host path.
-        descriptor = os.open(host_path, os.O_RDONLY | os.O_NOFOLLOW)
-        handle = os.fdopen(descriptor, "rb")
-        host_path.unlink()
-        return handle
 
     def _downloadable(self, member: tarfile.TarInfo, destination: str) -> tarfile.TarInfo | None:
         """Harbor's transfer filter, skipping (not failing on) links that leave the tree.
@@ -429,9 +517,6 @@ class BwrapEnvironment(BaseEnvironment):
         except tarfile.FilterError as error:
             self.logger.warning("Not downloading %s from sandbox: %s", member.name, error)
             return None
-
-    def _discard(self, staged: PurePosixPath) -> None:
-        self._filesystem.host_path(staged).unlink(missing_ok=True)
 
 
 def _identity(user: str | int | None) -> tuple[int, int, str]:

@@ -35,35 +35,41 @@ async def run_to_completion(
     timeout_sec: float | None,
     kill: Callable[[asyncio.subprocess.Process], Awaitable[None]],
     on_output: OutputCallback | None = None,
+    stdin_fd: int | None = None,
+    stdout_fd: int | None = None,
 ) -> Completed:
     """Run `argv`, collecting its output; on timeout or cancellation call `kill`.
 
     `kill` must end the whole process tree, not just `argv`'s own process: it is
-    awaited before `CommandTimedOut` or the cancellation propagates.
+    awaited before `CommandTimedOut` or the cancellation propagates. `stdin_fd` and
+    `stdout_fd`, when given, are host file descriptors the command reads from and
+    writes its stdout to (which then is not collected).
     """
     # Our own pipes, not asyncio's: asyncio's `wait()` also waits for its pipes to
     # close, which a backgrounded child holding stdout would postpone indefinitely.
-    stdout_read, stdout_write = os.pipe()
+    stdout_read, stdout_write = os.pipe() if stdout_fd is None else (None, stdout_fd)
     stderr_read, stderr_write = os.pipe()
     try:
         process = await asyncio.create_subprocess_exec(
             *argv,
             env=env,
-            stdin=asyncio.subprocess.DEVNULL,
+            stdin=asyncio.subprocess.DEVNULL if stdin_fd is None else stdin_fd,
             stdout=stdout_write,
             stderr=stderr_write,
             start_new_session=True,
         )
     except BaseException:
-        os.close(stdout_read)
+        if stdout_read is not None:
+            os.close(stdout_read)
         os.close(stderr_read)
         raise
     finally:
-        os.close(stdout_write)
+        if stdout_read is not None:
+            os.close(stdout_write)
         os.close(stderr_write)
-    stdout = _Output(stdout_read, "stdout", on_output)
     stderr = _Output(stderr_read, "stderr", on_output)
-    outputs = [stdout, stderr]
+    stdout = _Output(stdout_read, "stdout", on_output) if stdout_read is not None else None
+    outputs = [stderr] if stdout is None else [stdout, stderr]
     try:
         async with asyncio.timeout(timeout_sec):
             await process.wait()
@@ -76,7 +82,7 @@ async def run_to_completion(
     await _drain(outputs)
     return Completed(
         return_code=_shell_return_code(process.returncode),
-        stdout=stdout.text(),
+        stdout="" if stdout is None else stdout.text(),
         stderr=stderr.text(),
     )
 

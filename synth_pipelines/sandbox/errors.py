@@ -44,3 +44,7 @@ class SandboxPathError(ValueError):
 
 class SandboxUserError(ValueError):
     """A command asked to run as a user the sandbox does not know."""
+
+
+class SandboxStorageError(RuntimeError):
+    """The size-limited filesystem for the sandbox's writable state could not be set up."""

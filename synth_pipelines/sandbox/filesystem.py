@@ -93,8 +93,13 @@ class SandboxFilesystem:
         self.writable_tops = tuple(sorted(set(writable_tops)))
         self.binds = tuple(sorted(binds, key=lambda bind: len(bind.target.parts)))
 
+    @property
+    def writable_root(self) -> Path:
+        """The host directory holding every writable top-level directory."""
+        return self.root / "fs"
+
     def host_dir(self, top: str) -> Path:
-        return self.root / "fs" / top
+        return self.writable_root / top
 
     def host_path(self, path: PurePosixPath) -> Path:
         """Where a sandbox path under a writable top lives on the host."""

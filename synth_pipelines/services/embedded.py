@@ -27,6 +27,8 @@ def embedded_services(config: Settings) -> list[Service]:
                 synth,
                 "model",
                 "serve",
+                "--base-model",
+                config.base_model,
                 "--host",
                 model.hostname or "127.0.0.1",
                 "--port",

@@ -2,11 +2,13 @@
 
 Each service runs detached in its own session with a pid file and a log file under the
 state directory, so `synth up` run twice finds what is already running instead of
-starting a second copy.
+starting a second copy. The command line it was started with is kept beside the pid: a
+service running with another configuration (say another base model) is restarted.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -33,6 +35,10 @@ class ServiceStartError(RuntimeError):
 
 def _pid_file(state_dir: Path, name: str) -> Path:
     return state_dir / "services" / f"{name}.pid"
+
+
+def _argv_file(state_dir: Path, name: str) -> Path:
+    return state_dir / "services" / f"{name}.argv.json"
 
 
 def log_file(state_dir: Path, name: str) -> Path:
@@ -67,8 +73,14 @@ def start(state_dir: Path, service: Service, cwd: Path) -> tuple[int, bool]:
     """Start the service unless it already runs; returns (pid, started_now)."""
     pid = running_pid(state_dir, service)
     if pid is not None:
-        _wait_ready(state_dir, service, pid)
-        return pid, False
+        try:
+            same = json.loads(_argv_file(state_dir, service.name).read_text()) == service.argv
+        except (FileNotFoundError, ValueError):
+            same = True
+        if same:
+            _wait_ready(state_dir, service, pid)
+            return pid, False
+        stop(state_dir, service)
     log = log_file(state_dir, service.name)
     log.parent.mkdir(parents=True, exist_ok=True)
     _pid_file(state_dir, service.name).parent.mkdir(parents=True, exist_ok=True)
@@ -83,6 +95,7 @@ def start(state_dir: Path, service: Service, cwd: Path) -> tuple[int, bool]:
             start_new_session=True,
         )
     _pid_file(state_dir, service.name).write_text(str(process.pid))
+    _argv_file(state_dir, service.name).write_text(json.dumps(service.argv))
     _wait_ready(state_dir, service, process.pid)
     return process.pid, True
 

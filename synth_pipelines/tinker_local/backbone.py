@@ -1,13 +1,15 @@
 """The frozen base network under every adapter, with its tokenizer and stop tokens.
 
-Two kinds of base model are offered: `synth/qwen3-tiny`, a Qwen3-architecture model
-built from a config with a seeded initialisation and the real Qwen3 tokenizer (its
-full 151,669-token vocabulary), and any local Hugging Face model directory.
+Two kinds of base model are offered: Qwen3-architecture models built from a config with a
+seeded initialisation and the real Qwen3 tokenizer (its full 151,669-token vocabulary), and
+any local Hugging Face model directory. The seeded ones are `synth/qwen3-tiny`, the smallest,
+and `synth/qwen3-learner`, initialised so that LoRA training can make it follow a prompt.
 """
 
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,9 +25,12 @@ from transformers import (
 )
 
 from synth_pipelines.tinker_local.errors import UserError
-from synth_pipelines.tinker_local.names import QWEN3_TINY
+from synth_pipelines.tinker_local.names import QWEN3_LEARNER, QWEN3_TINY
 
 QWEN3_TINY_SEED = 20251130
+QWEN3_LEARNER_SEED = 20251130
+LEARNER_OUTPUT_STD = 0.15
+LEARNER_QUERY_NORM_GAIN = 2.0
 
 
 @dataclass(frozen=True)
@@ -85,32 +90,84 @@ def qwen3_tiny_config(vocab_size: int) -> Qwen3Config:
     )
 
 
-def load_backbone(
-    name: str, device: torch.device | None = None, dtype: torch.dtype = torch.float32
-) -> Backbone:
-    """`synth/qwen3-tiny` or the path of a local Hugging Face causal-LM directory."""
-    device = device or default_device()
-    if name == QWEN3_TINY:
-        return _qwen3_tiny(device, dtype)
-    if Path(name).is_dir():
-        return _local_directory(name, device, dtype)
-    raise UserError(
-        f"unknown base model {name!r}: use {QWEN3_TINY!r} or the path of a local "
-        "Hugging Face model directory"
+def qwen3_learner_config(vocab_size: int) -> Qwen3Config:
+    """Still cheap on two CPU cores (the 151,669-way output dominates the cost either way),
+    with head_dim 64 and an output layer of its own; see `_initialise_learner`."""
+    return Qwen3Config(
+        vocab_size=vocab_size,
+        hidden_size=128,
+        intermediate_size=384,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        max_position_embeddings=32768,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=151645,
+        pad_token_id=151643,
     )
 
 
-def _qwen3_tiny(device: torch.device, dtype: torch.dtype) -> Backbone:
+def _initialise_learner(network: Qwen3ForCausalLM) -> None:
+    """Give LoRA room to learn: with the default init the frozen base can never be sure.
+
+    The output logits of a default-initialised model spread by about 0.2 (its best guess
+    has probability ~1e-5), and Qwen3's query/key norms cap an attention logit at
+    sqrt(head_dim), too flat to pick one token out of a few hundred. LoRA trains neither
+    the norms nor the output scale, so both are set here: an output layer wide enough for
+    a confident prediction, and a query gain that allows a sharp attention peak.
+    """
+    with torch.no_grad():
+        network.lm_head.weight.normal_(0.0, LEARNER_OUTPUT_STD)
+        for layer in network.model.layers:
+            layer.self_attn.q_norm.weight.fill_(LEARNER_QUERY_NORM_GAIN)
+
+
+@dataclass(frozen=True)
+class _SeededModel:
+    config: Callable[[int], Qwen3Config]
+    seed: int
+    initialise: Callable[[Qwen3ForCausalLM], None] | None = None
+
+
+SEEDED_MODELS = {
+    QWEN3_TINY: _SeededModel(qwen3_tiny_config, QWEN3_TINY_SEED),
+    QWEN3_LEARNER: _SeededModel(qwen3_learner_config, QWEN3_LEARNER_SEED, _initialise_learner),
+}
+
+
+def load_backbone(
+    name: str, device: torch.device | None = None, dtype: torch.dtype = torch.float32
+) -> Backbone:
+    """A seeded model by name (`SEEDED_MODELS`) or the path of a local Hugging Face
+    causal-LM directory."""
+    device = device or default_device()
+    if name in SEEDED_MODELS:
+        return _seeded_qwen3(name, SEEDED_MODELS[name], device, dtype)
+    if Path(name).is_dir():
+        return _local_directory(name, device, dtype)
+    raise UserError(
+        f"unknown base model {name!r}: use {' or '.join(map(repr, SEEDED_MODELS))}, or the "
+        "path of a local Hugging Face model directory"
+    )
+
+
+def _seeded_qwen3(
+    name: str, model: _SeededModel, device: torch.device, dtype: torch.dtype
+) -> Backbone:
     tokenizer_dir = qwen3_tokenizer_dir()
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
-    config = qwen3_tiny_config(len(tokenizer))
+    config = model.config(len(tokenizer))
     # Seeding a private RNG state makes the weights a function of the config alone,
     # whatever else the process has drawn from torch's global generator.
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(QWEN3_TINY_SEED)
+        torch.manual_seed(model.seed)
         network = Qwen3ForCausalLM(config)
+        if model.initialise is not None:
+            model.initialise(network)
     return _finish(
-        QWEN3_TINY,
+        name,
         network.to(device=device, dtype=dtype),
         tokenizer,
         tokenizer_id=str(tokenizer_dir),

@@ -2,7 +2,9 @@
 
 Every tensor is aligned with the datum's model input: position i carries the target
 token i + 1 and its inputs. A loss returns the per-token loss; the datum's loss is
-its sum and the batch's loss is the sum over datums (no normalisation).
+its sum and the batch's loss is the sum over datums (no normalisation). Each loss names
+the input that scales it token by token (`scale`): where that input is zero the token's
+loss has no gradient, which lets training skip the backward pass there.
 """
 
 from __future__ import annotations
@@ -23,8 +25,13 @@ Elementwise = Callable[
 class LossFunction:
     name: str
     inputs: tuple[str, ...]
+    scale: str
     config_defaults: Mapping[str, float]
     elementwise: Elementwise
+
+    def trained(self, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """The positions whose loss has a gradient."""
+        return inputs[self.scale] != 0
 
 
 def _cross_entropy(
@@ -52,16 +59,18 @@ def _ppo(
 LOSSES: dict[str, LossFunction] = {
     loss.name: loss
     for loss in (
-        LossFunction("cross_entropy", ("target_tokens", "weights"), {}, _cross_entropy),
+        LossFunction("cross_entropy", ("target_tokens", "weights"), "weights", {}, _cross_entropy),
         LossFunction(
             "importance_sampling",
             ("target_tokens", "logprobs", "advantages"),
+            "advantages",
             {},
             _importance_sampling,
         ),
         LossFunction(
             "ppo",
             ("target_tokens", "logprobs", "advantages"),
+            "advantages",
             {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2},
             _ppo,
         ),

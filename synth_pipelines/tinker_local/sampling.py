@@ -53,10 +53,12 @@ class PromptScoring:
 
 @dataclass(frozen=True)
 class ForcedCompletion:
-    """A completion decided in advance (scripted mode): only its logprobs are computed."""
+    """A completion decided in advance (scripted mode): only its logprobs are computed,
+    unless they are given too (`logprobs`), and then the model is not run for it."""
 
     tokens: tuple[int, ...]
     stop_reason: StopReason
+    logprobs: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -297,6 +299,13 @@ class Sampler:
         prompt_length = len(job.prompt)
         sequences, prompt_logprobs, prompt_topk = [], None, None
         for completion in job.forced:
+            if completion.logprobs is not None:
+                sequences.append(
+                    SampledSequence(
+                        list(completion.tokens), list(completion.logprobs), completion.stop_reason
+                    )
+                )
+                continue
             tokens = torch.tensor(job.prompt + completion.tokens, device=self.backbone.device)
             hidden = self.decoder(input_ids=tokens[None]).last_hidden_state[0]
             completion_hidden = hidden[prompt_length - 1 : -1]

@@ -8,12 +8,19 @@ never consumed). The completion text is tokenized with the real tokenizer (speci
 tokens such as `<tool_call>` become their ids), the stop token is appended when the
 entry ends the turn, and the logprobs reported are the model's own logprobs of those
 tokens under the sampler's current weights, so training on them is on-policy.
+
+An entry may instead set `logprob`: every one of its tokens is then reported with that
+constant logprob and the model is not run at all. That is for benchmarks of other
+components (the capture proxy) that need a backend whose cost is negligible; such
+logprobs are not the model's, so never train on them. Prompt scoring needs the model,
+so a request that asks for prompt or top-k logprobs cannot use such an entry.
 """
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from fastapi import APIRouter
@@ -33,6 +40,13 @@ class ScriptEntry(BaseModel):
     completion: str = Field(description="The text the model answers with.")
     repeat: bool = Field(default=False, description="Keep the entry after it is used.")
     end_turn: bool = Field(default=True, description="Append the stop token after the text.")
+    logprob: float | None = Field(
+        default=None,
+        description=(
+            "Report this constant logprob for every token without running the model "
+            "(benchmarks of other components only; never train on it); null: the model's own."
+        ),
+    )
 
 
 class ScriptBody(BaseModel):
@@ -44,8 +58,8 @@ class _Compiled:
     entry: ScriptEntry
     pattern: re.Pattern[str] | None
 
-    def matches(self, prompt: str) -> bool:
-        return self.pattern is None or self.pattern.search(prompt) is not None
+    def matches(self, prompt: Callable[[], str]) -> bool:
+        return self.pattern is None or self.pattern.search(prompt()) is not None
 
 
 class Script:
@@ -55,6 +69,13 @@ class Script:
     def replace(self, entries: Sequence[ScriptEntry]) -> None:
         compiled = []
         for index, entry in enumerate(entries):
+            if entry.logprob is not None and not (
+                math.isfinite(entry.logprob) and entry.logprob <= 0
+            ):
+                raise UserError(
+                    f"entry {index}: logprob {entry.logprob!r} is not a log-probability; "
+                    "give a finite number <= 0, or leave it out to score with the model"
+                )
             try:
                 pattern = re.compile(entry.match, re.DOTALL) if entry.match is not None else None
             except re.error as error:
@@ -67,14 +88,18 @@ class Script:
     def entries(self) -> list[ScriptEntry]:
         return [compiled.entry for compiled in self._entries]
 
-    def take(self, prompt: str, count: int) -> list[ScriptEntry]:
-        """One entry per sample, consumed in order; nothing is consumed unless all are found."""
+    def take(self, prompt: Callable[[], str], count: int) -> list[ScriptEntry]:
+        """One entry per sample, consumed in order; nothing is consumed unless all are found.
+
+        `prompt` gives the decoded prompt; it is only called when a regex has to be searched
+        or a missing entry reported, since decoding a long prompt is not free.
+        """
         remaining = list(self._entries)
         chosen = []
         for _ in range(count):
             found = next((c for c in remaining if c.matches(prompt)), None)
             if found is None:
-                tail = prompt[-PROMPT_TAIL_CHARS:]
+                tail = prompt()[-PROMPT_TAIL_CHARS:]
                 raise UserError(
                     f"no scripted completion left for this prompt (sample {len(chosen) + 1} of "
                     f"{count}); its last {len(tail)} characters are {tail!r}. PUT an entry "
@@ -96,11 +121,13 @@ def forced_completion(
         stop = _stop_tokens(params, backbone)
         tokens.extend(stop)
         ended = bool(stop)
+    stop_reason = "stop" if ended else "length"
     if len(tokens) > params.max_tokens:
-        return ForcedCompletion(tuple(tokens[: params.max_tokens]), "length")
+        tokens, stop_reason = tokens[: params.max_tokens], "length"
     if not tokens:
         raise UserError("the scripted completion is empty and does not end the turn")
-    return ForcedCompletion(tuple(tokens), "stop" if ended else "length")
+    logprobs = None if entry.logprob is None else (entry.logprob,) * len(tokens)
+    return ForcedCompletion(tuple(tokens), stop_reason, logprobs)
 
 
 def _stop_tokens(params: DecodeParams, backbone: Backbone) -> list[int]:

@@ -7,6 +7,7 @@ client's poll. Bad input becomes a user-category failure of that request only.
 
 from __future__ import annotations
 
+import functools
 import secrets
 import threading
 from collections import OrderedDict
@@ -349,8 +350,18 @@ class ModelService:
     def _scripted(self, job: SampleJob) -> SampleJob:
         if self.script is None:
             return job
-        prompt = self.backbone.tokenizer.decode(list(job.prompt), skip_special_tokens=False)
+        tokenizer = self.backbone.tokenizer
+        prompt = functools.cache(
+            lambda: tokenizer.decode(list(job.prompt), skip_special_tokens=False)
+        )
         entries = self.script.take(prompt, job.num_samples)
+        if (job.scoring is not None or job.topk_sample) and any(
+            entry.logprob is not None for entry in entries
+        ):
+            raise UserError(
+                "this request asks for prompt or top-k logprobs, which need the model, but its "
+                "scripted entry sets a constant logprob; PUT an entry without `logprob`"
+            )
         forced = tuple(forced_completion(entry, job.params, self.backbone) for entry in entries)
         return SampleJob(
             prompt=job.prompt,

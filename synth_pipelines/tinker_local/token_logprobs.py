@@ -3,6 +3,11 @@
 With Qwen3's 151,669-token vocabulary a few thousand positions of fp32 logits take
 gigabytes, so long batches are scored in row chunks; when a backward pass follows,
 each chunk's logits are recomputed in the backward instead of kept.
+
+Scoring a row against the full vocabulary is most of the cost of training a small model,
+and its backward pass doubles it. Rows whose loss has no gradient (a zero weight or
+advantage: prompts, tool results) are therefore scored without a graph; their
+log-probabilities are the same numbers, and the gradient of every other row is unchanged.
 """
 
 from __future__ import annotations
@@ -21,9 +26,48 @@ def chunk_rows(vocab_size: int, device: torch.device) -> int:
 
 
 def token_logprobs(
+    hidden: torch.Tensor,
+    head: nn.Module,
+    targets: torch.Tensor,
+    vocab_size: int,
+    trained: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """`log p(targets[i] | hidden[i])` in fp32, for hidden (N, H) and targets (N,) or (N, K)
+    (K targets scored against the same row's distribution).
+
+    `trained` (N,) marks the rows a backward pass will need; the others are computed
+    without a graph. Without it every row follows torch's grad mode.
+    """
+    columns = targets if targets.dim() == 2 else targets[:, None]
+    if trained is None or not torch.is_grad_enabled():
+        scored = _rows_logprobs(hidden, head, columns, vocab_size)
+    else:
+        scored = _partly_trained_logprobs(hidden, head, columns, vocab_size, trained)
+    return scored if targets.dim() == 2 else scored[:, 0]
+
+
+def _partly_trained_logprobs(
+    hidden: torch.Tensor,
+    head: nn.Module,
+    targets: torch.Tensor,
+    vocab_size: int,
+    trained: torch.Tensor,
+) -> torch.Tensor:
+    idle = (~trained).nonzero().squeeze(1)
+    active = trained.nonzero().squeeze(1)
+    scored = torch.empty(targets.shape, dtype=torch.float32, device=hidden.device)
+    with torch.no_grad():
+        scored[idle] = _rows_logprobs(hidden[idle], head, targets[idle], vocab_size)
+    if active.numel() == 0:
+        return scored
+    return scored.index_put(
+        (active,), _rows_logprobs(hidden[active], head, targets[active], vocab_size)
+    )
+
+
+def _rows_logprobs(
     hidden: torch.Tensor, head: nn.Module, targets: torch.Tensor, vocab_size: int
 ) -> torch.Tensor:
-    """`log p(targets[i] | hidden[i])` in fp32, for hidden (N, H) and targets (N,)."""
     rows = chunk_rows(vocab_size, hidden.device)
     if hidden.shape[0] <= rows:
         return _chunk_logprobs(head, hidden, targets)
@@ -40,7 +84,7 @@ def token_logprobs(
 
 def _chunk_logprobs(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     logits = head(hidden).float()
-    return logits.log_softmax(-1).gather(-1, targets[:, None]).squeeze(-1)
+    return logits.gather(-1, targets) - logits.logsumexp(-1, keepdim=True)
 
 
 def next_token_logprobs(head: nn.Module, hidden: torch.Tensor) -> torch.Tensor:

@@ -2,6 +2,11 @@
 
 Gradients add up across forward_backward calls (the SDK splits large batches into
 chunks) until optim_step applies them and clears them.
+
+The datums of one call usually open with the same tokens (the system prompt and tool
+definitions of every attempt), so that shared prefix is run once: each datum's remaining
+tokens attend to its keys and values, and its gradients are gathered from every datum
+before flowing back through it. The result equals running every datum in full.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from tinker import types
+from transformers import DynamicCache
 
 from synth_pipelines.tinker_local.backbone import Backbone
 from synth_pipelines.tinker_local.datums import TrainingDatum
@@ -29,6 +35,63 @@ class ForwardBackwardResult:
     logprobs: list[np.ndarray]
     elementwise_loss: list[np.ndarray]
     loss_sum: float
+
+
+@dataclass(frozen=True)
+class _Scored:
+    """Per datum, the target logprobs and token losses of some of its positions."""
+
+    logprobs: list[torch.Tensor]
+    losses: list[torch.Tensor]
+
+    @property
+    def total(self) -> torch.Tensor:
+        return torch.stack([value.sum() for value in self.losses]).sum()
+
+
+class _SharedPrefix:
+    """The first `length` tokens of every datum, run once.
+
+    Its hidden states and per-layer keys and values are handed out as leaf tensors, so each
+    microbatch's backward pass leaves its share of their gradient there; `backward` then
+    sends the sum through the prefix's own graph.
+    """
+
+    def __init__(self, decoder: torch.nn.Module, tokens: torch.Tensor, hidden_size: int):
+        self.length = int(tokens.shape[0])
+        self._outputs: list[torch.Tensor] = []
+        if self.length:
+            cache = DynamicCache()
+            run = decoder(input_ids=tokens[None], past_key_values=cache, use_cache=True)
+            self._outputs = [run.last_hidden_state[0]] + [
+                tensor for layer in cache.layers for tensor in (layer.keys, layer.values)
+            ]
+        self._leaves = [
+            tensor.detach().requires_grad_(tensor.requires_grad) for tensor in self._outputs
+        ]
+        self.hidden = self._leaves[0] if self.length else tokens.new_zeros(0, hidden_size).float()
+
+    def cache(self, rows: int) -> DynamicCache | None:
+        """The prefix's keys and values for `rows` continuations (views, not copies)."""
+        if not self.length:
+            return None
+        pairs = zip(self._leaves[1::2], self._leaves[2::2], strict=True)
+        return DynamicCache(
+            ddp_cache_data=[
+                (keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1))
+                for keys, values in pairs
+            ]
+        )
+
+    def backward(self) -> None:
+        reached = [
+            (output, leaf.grad)
+            for output, leaf in zip(self._outputs, self._leaves, strict=True)
+            if leaf.grad is not None
+        ]
+        if reached:
+            outputs, grads = zip(*reached, strict=True)
+            torch.autograd.backward(list(outputs), list(grads))
 
 
 class TrainingRun:
@@ -54,34 +117,82 @@ class TrainingRun:
         self.slots.attach(self.adapter)
         logprobs: list[np.ndarray] = [np.zeros(0, dtype=np.float32)] * len(datums)
         elementwise: list[np.ndarray] = [np.zeros(0, dtype=np.float32)] * len(datums)
-        total = 0.0
         with torch.set_grad_enabled(not forward_only):
-            for batch in _microbatches(datums):
-                per_datum_logprobs = self._target_logprobs([datums[i] for i in batch])
-                losses = [
-                    loss.elementwise(lp, datums[i].inputs, config)
-                    for i, lp in zip(batch, per_datum_logprobs, strict=True)
-                ]
-                batch_loss = torch.stack([value.sum() for value in losses]).sum()
-                if not forward_only and batch_loss.requires_grad:
-                    batch_loss.backward()
-                total += float(batch_loss.detach())
-                for i, lp, value in zip(batch, per_datum_logprobs, losses, strict=True):
-                    logprobs[i] = lp.detach().float().cpu().numpy()
-                    elementwise[i] = value.detach().float().cpu().numpy()
+            prefix = _SharedPrefix(
+                self.decoder,
+                datums[0].tokens[: _shared_length(datums)],
+                self.backbone.network.config.hidden_size,
+            )
+            opening = self._score_prefix(prefix, datums, loss, config)
+            total = self._backward(opening.total, forward_only)
+            for batch in _microbatches(datums, prefix.length):
+                rest = self._score_rest(prefix, [datums[i] for i in batch], loss, config)
+                total += self._backward(rest.total, forward_only)
+                for row, i in enumerate(batch):
+                    logprobs[i] = _joined(opening.logprobs[i], rest.logprobs[row])
+                    elementwise[i] = _joined(opening.losses[i], rest.losses[row])
+            if not forward_only:
+                prefix.backward()
         return ForwardBackwardResult(logprobs, elementwise, total)
 
-    def _target_logprobs(self, datums: Sequence[TrainingDatum]) -> list[torch.Tensor]:
-        """Right-padded, so no mask is needed: causal attention never looks at later padding."""
-        lengths = [datum.length for datum in datums]
+    @staticmethod
+    def _backward(batch_loss: torch.Tensor, forward_only: bool) -> float:
+        if not forward_only and batch_loss.requires_grad:
+            batch_loss.backward()
+        return float(batch_loss.detach())
+
+    def _score_prefix(
+        self,
+        prefix: _SharedPrefix,
+        datums: Sequence[TrainingDatum],
+        loss: LossFunction,
+        config: Mapping[str, float],
+    ) -> _Scored:
+        """The prefix positions of every datum: one shared distribution per position,
+        each datum's own targets."""
+        shown = [_positions(datum, 0, prefix.length) for datum in datums]
+        targets = torch.stack([inputs["target_tokens"] for inputs in shown], dim=1)
+        trained = torch.stack([loss.trained(inputs) for inputs in shown], dim=1).any(dim=1)
+        scored = token_logprobs(
+            prefix.hidden,
+            self.backbone.network.get_output_embeddings(),
+            targets,
+            self.backbone.vocab_size,
+            trained,
+        )
+        columns = list(scored.unbind(dim=1))
+        return _Scored(
+            columns,
+            [
+                loss.elementwise(column, inputs, config)
+                for column, inputs in zip(columns, shown, strict=True)
+            ],
+        )
+
+    def _score_rest(
+        self,
+        prefix: _SharedPrefix,
+        datums: Sequence[TrainingDatum],
+        loss: LossFunction,
+        config: Mapping[str, float],
+    ) -> _Scored:
+        """The positions after the prefix, right-padded: causal attention never looks at
+        later padding, so no mask is needed."""
+        start = prefix.length
+        lengths = [datum.length - start for datum in datums]
         width = max(lengths)
         device = self.backbone.device
         tokens = torch.zeros(len(datums), width, dtype=torch.long, device=device)
         targets = torch.zeros(len(datums), width, dtype=torch.long, device=device)
-        for row, datum in enumerate(datums):
-            tokens[row, : datum.length] = datum.tokens
-            targets[row, : datum.length] = datum.inputs["target_tokens"]
-        hidden = self.decoder(input_ids=tokens).last_hidden_state
+        trained = torch.zeros(len(datums), width, dtype=torch.bool, device=device)
+        shown = [_positions(datum, start, datum.length) for datum in datums]
+        for row, (datum, inputs) in enumerate(zip(datums, shown, strict=True)):
+            tokens[row, : lengths[row]] = datum.tokens[start:]
+            targets[row, : lengths[row]] = inputs["target_tokens"]
+            trained[row, : lengths[row]] = loss.trained(inputs)
+        hidden = self.decoder(
+            input_ids=tokens, past_key_values=prefix.cache(len(datums))
+        ).last_hidden_state
         valid = (
             torch.arange(width, device=device)[None, :]
             < torch.tensor(lengths, device=device)[:, None]
@@ -91,8 +202,16 @@ class TrainingRun:
             self.backbone.network.get_output_embeddings(),
             targets[valid],
             self.backbone.vocab_size,
+            trained[valid],
         )
-        return list(flat.split(lengths))
+        per_datum = list(flat.split(lengths))
+        return _Scored(
+            per_datum,
+            [
+                loss.elementwise(value, inputs, config)
+                for value, inputs in zip(per_datum, shown, strict=True)
+            ],
+        )
 
     def optim_step(self, params: types.AdamParams) -> dict[str, float]:
         _check_adam(params)
@@ -145,13 +264,34 @@ class TrainingRun:
                 self.optimizer.state[parameter] = state
 
 
-def _microbatches(datums: Sequence[TrainingDatum]) -> list[list[int]]:
-    """Datums grouped by length so that padding stays small and activations bounded."""
+def _shared_length(datums: Sequence[TrainingDatum]) -> int:
+    """How many leading tokens every datum has in common, leaving each at least one of
+    its own."""
+    first = datums[0].tokens
+    shared = min(datum.length for datum in datums) - 1
+    for datum in datums[1:]:
+        differs = (datum.tokens[:shared] != first[:shared]).nonzero()
+        if differs.numel():
+            shared = int(differs[0])
+    return shared
+
+
+def _positions(datum: TrainingDatum, start: int, stop: int) -> dict[str, torch.Tensor]:
+    return {name: values[start:stop] for name, values in datum.inputs.items()}
+
+
+def _joined(opening: torch.Tensor, rest: torch.Tensor) -> np.ndarray:
+    return torch.cat([opening, rest]).detach().float().cpu().numpy()
+
+
+def _microbatches(datums: Sequence[TrainingDatum], skipped: int) -> list[list[int]]:
+    """Datums grouped by length after the first `skipped` tokens, so that padding stays
+    small and activations bounded."""
     order = sorted(range(len(datums)), key=lambda i: datums[i].length)
     batches: list[list[int]] = []
     current: list[int] = []
     for index in order:
-        width = datums[index].length
+        width = datums[index].length - skipped
         if current and width * (len(current) + 1) > MICROBATCH_TOKENS:
             batches.append(current)
             current = []

@@ -1,0 +1,58 @@
+"""An example schedule: every night, evaluate the newest checkpoint on a held-out dataset.
+
+It accepts an evaluation run exactly as `synth run start --model <checkpoint>` would (the
+batch gate then runs it), once per night and checkpoint thanks to the idempotency key.
+Configure it with SYNTH_NIGHTLY_DATASET (e.g. `synth/heldout@v1`), SYNTH_NIGHTLY_ACTOR (a
+published profile `org/name@version`) and optionally SYNTH_NIGHTLY_PLAN (a plan as JSON);
+it is stopped by default: turn it on in the UI.
+"""
+
+import os
+
+import dagster as dg
+
+from synth_pipelines.config import settings
+from synth_pipelines.control.checkpoints import newest_checkpoint
+from synth_pipelines.control.database import control_engine
+from synth_pipelines.runtime.submission import Submission, SubmissionError, submit_run
+
+DEFAULT_PLAN = '{"kind": "eval", "attempts_per_task": 1}'
+
+
+@dg.schedule(
+    cron_schedule="0 3 * * *",
+    target=dg.AssetSelection.keys("run_spec"),
+    default_status=dg.DefaultScheduleStatus.STOPPED,
+)
+def nightly_checkpoint_evaluation(context: dg.ScheduleEvaluationContext):
+    dataset = os.environ.get("SYNTH_NIGHTLY_DATASET")
+    actor = os.environ.get("SYNTH_NIGHTLY_ACTOR")
+    if not dataset or not actor:
+        return dg.SkipReason(
+            "set SYNTH_NIGHTLY_DATASET and SYNTH_NIGHTLY_ACTOR to evaluate nightly"
+        )
+    engine = control_engine()
+    checkpoint = newest_checkpoint(engine, settings().owner)
+    if checkpoint is None:
+        return dg.SkipReason("no checkpoint has been committed yet")
+    night = context.scheduled_execution_time.strftime("%Y-%m-%d")
+    try:
+        run, created = submit_run(
+            engine,
+            Submission(
+                dataset=dataset,
+                actor=actor,
+                plan=os.environ.get("SYNTH_NIGHTLY_PLAN", DEFAULT_PLAN),
+                model=checkpoint.sampler_path,
+                kind="eval",
+            ),
+            settings().owner,
+            idempotency_key=f"nightly-{night}-{checkpoint.sampler_path}",
+        )
+    except SubmissionError as error:
+        return dg.SkipReason(f"cannot evaluate {checkpoint.sampler_path}: {error}")
+    state = "accepted" if created else "already accepted"
+    return dg.SkipReason(
+        f"{state} run {run.run_id} evaluating {checkpoint.sampler_path} on {dataset}; "
+        "the batch gate runs it"
+    )

@@ -1,0 +1,61 @@
+"""`warm_start[run]`: supervised training on the dataset's demonstrations, ending in the
+checkpoint that a train or eval run then binds with `--model`.
+
+The learning code (tinker-cookbook, and torch under it) is imported inside the asset body,
+so loading the code location stays fast for every other job."""
+
+import base64
+
+import dagster as dg
+
+from assets.partitions import runs
+from resources.control_database import ControlDatabase
+from resources.object_store import ObjectStoreResource
+from resources.training import TrainingService
+from synth_pipelines.control.runs import get_run
+
+
+@dg.asset(partitions_def=runs, group_name="runs", kinds={"tinker"})
+def warm_start(
+    context: dg.AssetExecutionContext,
+    control: ControlDatabase,
+    objects: ObjectStoreResource,
+    training: TrainingService,
+) -> dg.MaterializeResult:
+    from synth_pipelines.learning.curves import loss_curve_png
+    from synth_pipelines.learning.demonstrations import DemonstrationError
+    from synth_pipelines.learning.warm_start import warm_start as run_warm_start
+
+    spec = get_run(control.engine(), context.partition_key).spec
+    store = objects.store()
+
+    def progress(step: int, loss: float) -> None:
+        if step == 1 or step % 10 == 0 or step == spec.plan.steps:
+            context.log.info(f"warm start step {step}/{spec.plan.steps}: loss/token {loss:.4f}")
+
+    try:
+        result = run_warm_start(control.engine(), store, training.service(), spec, progress)
+    except DemonstrationError as error:
+        raise dg.Failure(description=str(error)) from None
+    curve: dict = {}
+    if result.losses:
+        png = loss_curve_png(result.losses, f"{spec.run_id}: warm start loss")
+        ref = store.put(f"runs/{spec.run_id}/warm-start-loss.png", png)
+        inline = base64.b64encode(png).decode()
+        curve = {
+            "loss_curve": dg.MetadataValue.md(f"![loss curve](data:image/png;base64,{inline})"),
+            "loss_curve_png": dg.MetadataValue.path(store.uri(ref.key)),
+            "loss_first": dg.MetadataValue.float(result.losses[0]),
+            "loss_last": dg.MetadataValue.float(result.losses[-1]),
+        }
+    return dg.MaterializeResult(
+        metadata={
+            "sampler": result.checkpoint.sampler_path,
+            "state": result.checkpoint.state_path,
+            "base_model": result.checkpoint.base_model,
+            "optimizer_steps": result.checkpoint.optimizer_steps,
+            "demonstrations": result.demonstrations,
+            "datums": result.datums,
+            **curve,
+        }
+    )

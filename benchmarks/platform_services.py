@@ -1,0 +1,101 @@
+"""The embedded platform on free ports in a fresh state directory, model service scripted.
+
+The same services `synth up` starts (model service, capture proxy, Dagster daemon and
+webserver), by the same supervisor, except that the model service runs `--scripted` so
+each call costs what the benchmark scripts and not a forward pass.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+import httpx
+
+from benchmarks.proxy_processes import free_port
+from synth_pipelines.config import Settings, settings
+from synth_pipelines.control.database import engine_for
+from synth_pipelines.services.embedded import embedded_services
+from synth_pipelines.services.supervisor import Service, running_pid, start, stop
+
+
+def platform_environment(root: Path) -> dict[str, str]:
+    """Settings for a platform whose state lives under `root`, its services on free ports."""
+    home = root / "dagster_home"
+    home.mkdir(parents=True, exist_ok=True)
+    project = settings().project_root
+    shutil.copy(project / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    return {
+        "SYNTH_DATA_DIR": str(root / "state"),
+        "DAGSTER_HOME": str(home),
+        "SYNTH_DAGSTER_URL": f"http://127.0.0.1:{free_port()}",
+        "SYNTH_PROXY_URL": f"http://127.0.0.1:{free_port()}",
+        "SYNTH_MODEL_SERVICE_URL": f"http://127.0.0.1:{free_port()}",
+        "TINKER_TELEMETRY": "0",
+    }
+
+
+def _scripted(service: Service) -> Service:
+    if service.name != "model-service":
+        return service
+    return Service(
+        service.name,
+        [*service.argv, "--scripted"],
+        service.health_url,
+        service.address,
+        service.env,
+        service.ready_timeout_sec,
+    )
+
+
+@dataclass
+class Platform:
+    config: Settings
+    services: list[Service]
+    pids: dict[str, int]
+
+    def set_script(self, entries: list[dict]) -> None:
+        httpx.put(
+            f"{self.config.model_service_url}/scripted/v1/script",
+            json={"entries": entries},
+            timeout=30,
+        ).raise_for_status()
+
+    def stop(self) -> None:
+        for service in reversed(self.services):
+            stop(self.config.state_dir, service)
+
+
+def start_platform(root: Path) -> Platform:
+    """Point this process's settings at a new platform under `root` and start it."""
+    os.environ.update(platform_environment(root))
+    settings.cache_clear()
+    engine_for.cache_clear()
+    config = settings()
+    # A fresh Dagster home's SQLite storage is created by whichever process opens it first;
+    # the daemon and webserver starting together can both stamp its schema (two alembic
+    # heads), after which no process loads the code location. Create it here, once.
+    dg.DagsterInstance.get().dispose()
+    services = [_scripted(service) for service in embedded_services(config)]
+    platform = Platform(config, services, {})
+    try:
+        for service in services:
+            platform.pids[service.name] = start(config.state_dir, service, cwd=config.project_root)[
+                0
+            ]
+    except BaseException:
+        platform.stop()
+        raise
+    return platform
+
+
+def alive(platform: Platform) -> list[str]:
+    """The services that still run."""
+    return [
+        service.name
+        for service in platform.services
+        if running_pid(platform.config.state_dir, service) is not None
+    ]

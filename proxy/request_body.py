@@ -1,0 +1,51 @@
+"""A request's JSON body as raw bytes, refused before it is read in full when it cannot be one.
+
+The Messages endpoints hand the body to a worker process undecoded, so what is checked here
+is only what must be settled before the bytes are taken in: the declared media type, and the
+size, which caps the memory one request can hold in the server process.
+"""
+
+from __future__ import annotations
+
+from fastapi import Request
+
+from proxy.errors import ProxyError, invalid_request
+
+MAX_BODY_BYTES = 32 * 1024 * 1024
+"""Anthropic's own limit for a Messages request."""
+
+
+def _too_large(size: str) -> ProxyError:
+    return ProxyError(
+        "request_too_large",
+        f"request body is {size} bytes, over the proxy's limit of {MAX_BODY_BYTES} bytes "
+        "(32 MiB); shorten the conversation or the tool results",
+    )
+
+
+def _check_media_type(request: Request) -> None:
+    declared = request.headers.get("content-type")
+    if declared is None:
+        return
+    media_type = declared.partition(";")[0].strip().lower()
+    if media_type != "application/json" and not media_type.endswith("+json"):
+        raise invalid_request(
+            f"content-type {declared!r} is not supported: send the request as JSON with "
+            "content-type: application/json"
+        )
+
+
+async def json_body(request: Request) -> bytes:
+    """The body's bytes; a wrong media type is a 400 and an oversized body a 413, unread."""
+    _check_media_type(request)
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise _too_large(declared)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise _too_large(f"more than {MAX_BODY_BYTES}")
+        chunks.append(chunk)
+    return b"".join(chunks)

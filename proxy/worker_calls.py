@@ -1,0 +1,329 @@
+"""A call's work inside a worker process: render, sample, parse, stage its evidence.
+
+A call arrives in two steps. `prepare` validates and renders the request (the session's
+prefix cache makes a next turn cheap) and keeps the rendered prompt here; the server checks
+the caller may use the model and sends `message_start`. `complete` then samples through the
+tinker SDK, parses the completion and stages the exact prompt ids, sampled ids and sampler
+logprobs durably before it answers, so the response and the learning record come from the
+same prepared prompt and sampled output, and a prompt's ids never cross a process boundary.
+
+Everything that crosses one is plain data (`Prepared`, `CallRecord`, `Finished`); a client
+mistake or a backend failure comes back as an `ErrorResult`, never as an exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import hashlib
+import itertools
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import tinker
+
+from proxy.adapters.base import RenderedPrompt
+from proxy.checkpoint_models import checkpoint_lookup
+from proxy.context_fit import fit_to_context
+from proxy.errors import ProxyError
+from proxy.messages import (
+    Message,
+    MessagesRequest,
+    Usage,
+    parse_count_tokens_request,
+    parse_messages_request,
+)
+from proxy.model_registry import ModelRegistry, TinkerRoute
+from proxy.prefix_cache import CacheScope, PrefixCache
+from proxy.sampler import TinkerSampler
+from proxy.thinking_signature import omit_thinking
+from synth_pipelines.contracts.interaction import Interaction
+from synth_pipelines.evidence import staged_call
+from synth_pipelines.evidence.spool import Spool
+
+
+@dataclass(frozen=True)
+class ErrorResult:
+    error_type: str
+    message: str
+
+    def exception(self) -> ProxyError:
+        return ProxyError(self.error_type, self.message)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    model: str
+    stream: bool
+    prompt_tokens: int
+    reused_prefix_tokens: int
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """Who made the call and when it reached the server, for its evidence."""
+
+    run_id: str
+    batch: str | None
+    attempt_id: str
+    trial_id: str | None
+    owner: str
+    role: str
+    agent_id: str
+    parent_agent_id: str | None
+    agent_type: str | None
+    native_session_id: str | None
+    sampling_seed: int | None
+    received: float
+    """`time.monotonic()` in the server process; CLOCK_MONOTONIC is one clock machine-wide."""
+
+
+@dataclass(frozen=True)
+class Finished:
+    message: Message
+    kept_tokens: int
+    """Sampled tokens the response stands for (and the evidence keeps)."""
+    sample_ms: float
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    registry_json: str
+    database_url: str
+    """Where recorded checkpoints are looked up, to serve them as models."""
+    spool_dir: Path
+    model_service_url: str | None
+    model_service_key: str | None
+    cache_sessions: int = 256
+    cache_tokens: int = 8_000_000
+
+
+@dataclass
+class _Pending:
+    rendered: RenderedPrompt
+    request: MessagesRequest
+    effective: MessagesRequest
+    params: tinker.SamplingParams
+    request_json: str
+    effective_request_json: str | None
+    render_ms: float
+
+
+@dataclass
+class _WorkerState:
+    registry: ModelRegistry
+    cache: PrefixCache
+    spool: Spool
+    sampler: TinkerSampler
+    pending: dict[str, _Pending] = field(default_factory=dict)
+    sampling: dict[str, asyncio.Task] = field(default_factory=dict)
+    call_numbers: defaultdict[tuple[str, str], itertools.count] = field(
+        default_factory=lambda: defaultdict(itertools.count)
+    )
+
+
+_state: _WorkerState | None = None
+
+
+def init_worker(config: WorkerConfig) -> None:
+    global _state
+    _state = _WorkerState(
+        registry=ModelRegistry.from_json(config.registry_json).with_checkpoints(
+            checkpoint_lookup(config.database_url)
+        ),
+        cache=PrefixCache(max_sessions=config.cache_sessions, max_tokens=config.cache_tokens),
+        spool=Spool(config.spool_dir),
+        sampler=TinkerSampler(config.model_service_url, config.model_service_key),
+    )
+
+
+def close_worker() -> None:
+    """End the worker's sampling session with the model service."""
+    _worker().sampler.close()
+
+
+def _worker() -> _WorkerState:
+    assert _state is not None, "worker used before initialization"
+    return _state
+
+
+def prepare(call_id: str, body: bytes, scope: CacheScope | None) -> Prepared | ErrorResult:
+    started = time.perf_counter()
+    state = _worker()
+    try:
+        request = parse_messages_request(body)
+        entry = state.registry.get(request.model)
+        adapter = entry.adapter()
+        rendered = adapter.render(request, prefix_cache=state.cache, scope=scope)
+        effective: MessagesRequest = request
+        if rendered.prompt_tokens > entry.prompt_budget(request.max_tokens):
+            fit = fit_to_context(request, entry, adapter, prompt_tokens=rendered.prompt_tokens)
+            effective = fit.request
+            rendered = adapter.render(effective)
+        params = rendered.sampling_params(effective, entry.output_tokens(request.max_tokens))
+    except ProxyError as error:
+        return ErrorResult(error.error_type, error.message)
+    state.pending[call_id] = _Pending(
+        rendered=rendered,
+        request=request,
+        effective=effective,
+        params=params,
+        request_json=body.decode("utf-8", errors="replace"),
+        effective_request_json=effective.model_dump_json() if effective is not request else None,
+        render_ms=(time.perf_counter() - started) * 1000,
+    )
+    return Prepared(
+        model=request.model,
+        stream=request.stream,
+        prompt_tokens=rendered.prompt_tokens,
+        reused_prefix_tokens=rendered.reused_prefix_tokens,
+    )
+
+
+def call_seed(record: CallRecord, call_index: int) -> int:
+    """The sampling seed of one call: the run's seed, the attempt's place in the run (its
+    id without the run id, so a repeated run draws the same) and the call's index."""
+    place = record.attempt_id.removeprefix(record.run_id)
+    key = f"{record.sampling_seed}:{place}:{record.agent_id}:{call_index}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") >> 1
+
+
+async def complete(call_id: str, route: TinkerRoute, record: CallRecord) -> Finished | ErrorResult:
+    """Sample, parse and stage one prepared call; the answer comes once its evidence is durable.
+
+    The prompt part of the evidence is written while the model samples, so only the small
+    completion part is left to flush afterwards. A call whose sampling fails or is cancelled
+    (the client went away) leaves no evidence.
+    """
+    state = _worker()
+    call = state.pending.pop(call_id)
+    staging = asyncio.ensure_future(
+        asyncio.to_thread(
+            state.spool.stage_prompt,
+            call_id,
+            call.rendered.tokens,
+            call.request_json,
+            call.effective_request_json,
+        )
+    )
+    state.sampling[call_id] = asyncio.current_task()  # type: ignore[assignment]
+    call_index = next(state.call_numbers[(record.attempt_id, record.agent_id)])
+    params = call.params
+    if record.sampling_seed is not None:
+        params = params.model_copy(update={"seed": call_seed(record, call_index)})
+    sample_started = time.perf_counter()
+    try:
+        sample = await state.sampler.sample(route, call.rendered.tokens, params)
+    except BaseException as error:
+        await asyncio.to_thread(state.spool.discard, await staging)
+        if isinstance(error, ProxyError):
+            return ErrorResult(error.error_type, error.message)
+        raise
+    finally:
+        del state.sampling[call_id]
+    sample_ms = (time.perf_counter() - sample_started) * 1000
+    parse_started = time.perf_counter()
+    request = call.effective
+    parsed = (
+        state.registry.get(request.model)
+        .adapter()
+        .parse(call.rendered, sample.tokens, sample.stop_reason, request.stop_sequences)
+    )
+    content = parsed.content
+    if request.thinking_display == "omitted":
+        content = omit_thinking(content)
+    message = Message(
+        id=f"msg_{call_id}",
+        content=list(content),
+        model=call.request.model,
+        stop_reason=parsed.stop_reason,
+        stop_sequence=parsed.stop_sequence,
+        usage=Usage(input_tokens=call.rendered.prompt_tokens, output_tokens=parsed.output_tokens),
+    )
+    parse_ms = (time.perf_counter() - parse_started) * 1000
+    kept = parsed.output_tokens
+    interaction = Interaction(
+        call_id=call_id,
+        run_id=record.run_id,
+        batch=record.batch,
+        attempt_id=record.attempt_id,
+        trial_id=record.trial_id,
+        owner=record.owner,
+        role=record.role,
+        agent_id=record.agent_id,
+        parent_agent_id=record.parent_agent_id,
+        agent_type=record.agent_type,
+        native_session_id=record.native_session_id,
+        call_index=call_index,
+        model=call.request.model,
+        sampler=sample.sampler,
+        prompt_tokens=call.rendered.tokens,
+        completion_tokens=sample.tokens[:kept],
+        logprobs=sample.logprobs[:kept],
+        sampler_stop_reason=sample.stop_reason,
+        stop_reason=parsed.stop_reason,
+        parse_error=parsed.malformed is not None,
+        fitted=call.effective is not call.request,
+        request_json=call.request_json,
+        effective_request_json=call.effective_request_json,
+        response_json=message.model_dump_json(exclude_none=True),
+        render_ms=call.render_ms,
+        sample_ms=sample_ms,
+        parse_ms=parse_ms,
+        total_ms=(time.monotonic() - record.received) * 1000,
+        created_at=datetime.now(UTC),
+    )
+    try:
+        await asyncio.to_thread(state.spool.stage_completion, await staging, interaction)
+    except OSError as error:
+        return ErrorResult(
+            "api_error",
+            f"the proxy could not stage this call's evidence, so it is refused: {error}",
+        )
+    return Finished(message=message, kept_tokens=kept, sample_ms=sample_ms)
+
+
+def cancel(call_id: str) -> None:
+    """The client is gone: stop a call still sampling (nothing of it is staged)."""
+    task = _worker().sampling.get(call_id)
+    if task is not None:
+        task.cancel()
+
+
+def abandon(call_id: str) -> None:
+    _worker().pending.pop(call_id, None)
+
+
+def count(body: bytes) -> int | ErrorResult:
+    state = _worker()
+    try:
+        request = parse_count_tokens_request(body)
+        return state.registry.get(request.model).adapter().count_tokens(request)
+    except ProxyError as error:
+        return ErrorResult(error.error_type, error.message)
+
+
+def warm(family_models: list[str]) -> int:
+    """Load each model's tokenizer and the evidence encoder now, not in the first call."""
+    state = _worker()
+    for model in family_models:
+        state.registry.get(model).adapter()
+    # pyarrow's first conversion of Python values imports pandas (0.2-0.3 s); not in a call.
+    staged_call.prompt_part("warm-up", [], "", None)
+    # What is loaded now lives as long as the worker; a full collection that walked it
+    # (torch, the tokenizers: about 250k objects) would stall a call by up to ~100 ms.
+    gc.freeze()
+    return len(family_models)
+
+
+HANDLERS = {
+    "prepare": prepare,
+    "complete": complete,
+    "cancel": cancel,
+    "abandon": abandon,
+    "count": count,
+    "warm": warm,
+}

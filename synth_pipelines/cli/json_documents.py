@@ -1,0 +1,285 @@
+"""The documented shape of every `--json` output.
+
+Each printing command validates its document against the model named here before it
+prints, so the output and the schema (`synth schema COMMAND`) cannot drift apart. A
+program can rely on these fields; new fields are added, never renamed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, TypeAdapter
+
+
+class Document(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DatasetDocument(Document):
+    ref: str
+    name: str
+    version: str
+    digest: str
+    task_count: int
+    owner: str
+    created_at: str
+    description: str
+
+
+class PublishedDataset(DatasetDocument):
+    created: bool
+
+
+class TaskDocument(Document):
+    position: int
+    name: str
+    digest: str
+    package_key: str
+    package_sha256: str
+
+
+class DatasetWithTasks(DatasetDocument):
+    tasks: list[TaskDocument]
+
+
+class RunSummary(Document):
+    run_id: str
+    status: str
+    kind: str
+    owner: str
+    dataset: str
+    actor: str
+    actor_digest: str
+    judge: str | None
+    model: str | None
+    batches: int
+    idempotency_key: str
+    created_at: str
+    updated_at: str
+    dagster_url: str
+
+
+class AcceptedRun(RunSummary):
+    created: bool
+
+
+class ResultSummary(Document):
+    attempts: int
+    assessed: int
+    passed: int
+    invalid: int
+    pass_rate: float | None
+    mean_reward: float | None
+
+
+class TaskResultDocument(Document):
+    task: str
+    attempts: int
+    rewards: list[float | None]
+    pass_rate: float | None
+    trial_records: list[str]
+    failures: list[str]
+
+
+class RunResultsDocument(RunSummary):
+    summary: ResultSummary
+    batches_done: int
+    tasks: list[TaskResultDocument]
+    trial_records: str
+
+
+class AssessmentSetDocument(Document):
+    label: str
+    assessor: str
+    assessor_digest: str
+    assessed: int
+    pass_rate: float | None
+
+
+class AgreementDocument(Document):
+    first: str
+    second: str
+    compared: int
+    agreeing: int
+    rate: float | None
+    differing_tasks: list[str]
+
+
+class AssessmentComparison(Document):
+    run_id: str
+    assessment_sets: list[AssessmentSetDocument]
+    agreements: list[AgreementDocument]
+    tasks: dict[str, dict[str, list[float | None]]]
+
+
+class RunEventDocument(Document):
+    seq: int
+    run_id: str
+    kind: str
+    data: dict[str, Any]
+    created_at: str
+
+
+class CheckpointDocument(Document):
+    sampler_path: str
+    run_id: str
+    batch: str
+    batch_index: int
+    state_path: str
+    base_model: str
+    owner: str
+    dataset_cursor: int
+    optimizer_steps: int
+    created_at: str
+
+
+class ResumedRun(Document):
+    run_id: str
+    resumed_batch: int
+
+
+class CancelledRun(Document):
+    run_id: str
+    status: str
+    cancelled: bool
+    terminated: list[str]
+
+
+class RegradeDocument(Document):
+    regrade_id: str
+    run_id: str
+    assessor: str
+    assessor_digest: str | None
+    backfill_id: str | None
+    batches: int
+    evaluation_only: bool
+    created_at: str
+    backfill_status: str
+    dagster_url: str
+
+
+class PolicyUpdateDocument(Document):
+    run_id: str
+    batch: str
+    batch_index: int
+    status: str
+    datums: int
+    state_path: str | None
+    metrics: dict[str, Any]
+    marked_at: str
+    resolution: str | None
+
+
+class ProfileDocument(Document):
+    ref: str
+    name: str
+    version: str
+    digest: str
+    canonical: str
+    engine: str
+    role: str
+    owner: str
+    created_at: str
+
+
+class PublishedProfile(ProfileDocument):
+    created: bool
+
+
+class AgentRunDocument(Document):
+    run_id: str
+    attempt_id: str
+    profile: str
+    profile_digest: str
+    model: str
+    exit_code: int
+    missing_outputs: list[str]
+    duration_sec: float
+    launch_digest: str
+    logs: str
+    workspace: str
+
+
+class ServiceStarted(Document):
+    service: str
+    pid: int
+    started: bool
+    address: str
+    log: str
+
+
+class ServiceStopped(Document):
+    service: str
+    stopped: bool
+
+
+class TokenDocument(Document):
+    token: str
+    expires_in: int
+
+
+class ComparedRun(Document):
+    run_id: str
+    status: str
+    dataset: str
+    model: str | None
+    attempts: int
+    assessed: int
+    passed: int
+    pass_at_1: float | None
+    wilson_95: tuple[float, float] | None
+
+
+class RunComparison(Document):
+    baseline: ComparedRun
+    candidate: ComparedRun
+    difference: float | None
+    fisher_p_two_sided: float
+    fisher_p_greater: float
+    notes: list[str]
+
+
+class ErrorDocument(Document):
+    """What any command prints with `--json` when it refuses its input."""
+
+    error: str
+    exit_code: int
+
+
+DOCUMENTS: dict[str, Any] = {
+    "error": ErrorDocument,
+    "dataset publish": PublishedDataset,
+    "dataset show": DatasetWithTasks,
+    "dataset list": list[DatasetDocument],
+    "run start": AcceptedRun,
+    "run show": RunResultsDocument,
+    "run show --assessments": AssessmentComparison,
+    "run compare": RunComparison,
+    "run list": list[RunSummary],
+    "run events": RunEventDocument,
+    "run checkpoints": list[CheckpointDocument],
+    "run resume": ResumedRun,
+    "run cancel": CancelledRun,
+    "run regrade": RegradeDocument,
+    "train start": AcceptedRun,
+    "train resolve": PolicyUpdateDocument,
+    "train resolve --inspect": list[PolicyUpdateDocument],
+    "profile publish": PublishedProfile,
+    "profile show": ProfileDocument,
+    "profile list": list[ProfileDocument],
+    "agent run": AgentRunDocument,
+    "up": list[ServiceStarted],
+    "down": list[ServiceStopped],
+    "proxy token": TokenDocument,
+}
+
+
+def validated(command: str, data: Any) -> Any:
+    """The document in its JSON form, after checking it against its documented schema."""
+    adapter = TypeAdapter(DOCUMENTS[command])
+    return adapter.dump_python(adapter.validate_python(data), mode="json")
+
+
+def schema(command: str) -> dict[str, Any]:
+    return TypeAdapter(DOCUMENTS[command]).json_schema()

@@ -1,0 +1,143 @@
+"""`synth run checkpoints|resume|cancel|regrade`: steering a run after it was accepted."""
+
+from __future__ import annotations
+
+import time
+
+import typer
+from rich.table import Table
+
+from synth_pipelines.cli.output import JSON_OPTION, console, emit, user_errors
+from synth_pipelines.cli.runs import my_run, run_app
+from synth_pipelines.config import settings
+from synth_pipelines.control.checkpoints import run_checkpoints
+from synth_pipelines.control.database import control_engine
+from synth_pipelines.control.policy_updates import UnresolvedUpdateError
+from synth_pipelines.control.runs import RunNotFoundError, get_run
+from synth_pipelines.runtime.submission import SubmissionError, read_profile
+from synth_pipelines.storage.objectstore import open_object_store
+
+
+def _store():
+    config = settings()
+    return open_object_store(config.objects_url, endpoint_url=config.s3_endpoint_url)
+
+
+@run_app.command("checkpoints")
+def checkpoints(run_id: str = typer.Argument(...), as_json: bool = JSON_OPTION) -> None:
+    """The checkpoints a training run committed, one per batch, with their lineage; only
+    the run's owner may see them."""
+    engine = control_engine()
+    my_run(engine, run_id)
+    found = run_checkpoints(engine, run_id)
+
+    def render() -> None:
+        table = Table("batch", "sampler (use with --model)", "optimizer steps", "cursor")
+        for checkpoint in found:
+            table.add_row(
+                checkpoint.batch,
+                checkpoint.sampler_path,
+                str(checkpoint.optimizer_steps),
+                str(checkpoint.dataset_cursor),
+            )
+        console.print(table)
+
+    emit("run checkpoints", [checkpoint.as_dict() for checkpoint in found], as_json, render)
+
+
+@run_app.command("resume")
+def resume(run_id: str = typer.Argument(...), as_json: bool = JSON_OPTION) -> None:
+    """Relaunch an interrupted run from its unfinished batch (never past an unresolved update)."""
+    from synth_pipelines.runtime.lifecycle import RunNotActiveError, resume_run
+
+    engine = control_engine()
+    my_run(engine, run_id)
+    with user_errors(RunNotFoundError, RunNotActiveError, UnresolvedUpdateError):
+        index = resume_run(engine, run_id)
+    emit(
+        "run resume",
+        {"run_id": run_id, "resumed_batch": index},
+        as_json,
+        lambda: console.print(f"resuming {run_id} at batch {index}; the batch gate relaunches it"),
+    )
+
+
+@run_app.command("cancel")
+def cancel(
+    run_id: str = typer.Argument(...),
+    reason: str = typer.Option("cancelled by the operator", "--reason"),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Stop a run: no further batch is admitted; in-flight batch runs are terminated."""
+    from synth_pipelines.cli.dagster_link import terminate_batch_runs
+    from synth_pipelines.runtime.lifecycle import cancel_run
+
+    engine = control_engine()
+    my_run(engine, run_id)
+    cancelled = cancel_run(engine, run_id, reason)
+    terminated = terminate_batch_runs(run_id) if cancelled else []
+    status = get_run(engine, run_id).status
+    emit(
+        "run cancel",
+        {"run_id": run_id, "status": status, "cancelled": cancelled, "terminated": terminated},
+        as_json,
+        lambda: console.print(
+            f"{run_id} {'cancelled' if cancelled else f'not cancelled: it is already {status}'}"
+            + (f"; terminated {len(terminated)} Dagster run(s)" if terminated else "")
+        ),
+    )
+
+
+@run_app.command("regrade")
+def regrade(
+    run_id: str = typer.Argument(...),
+    judge: str | None = typer.Option(
+        None,
+        "--judge",
+        help="Judge profile (@file, inline JSON or org/name@version); "
+        "without it the tasks' own verifiers assess the retained work again.",
+    ),
+    wait: bool = typer.Option(False, "--wait", help="Wait until every batch is assessed."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Assess a run's retained work again (a backfill of `assessments`); the actor never runs."""
+    from synth_pipelines.control.events import read_events
+    from synth_pipelines.judging.regrade import RegradeRefusedError
+    from synth_pipelines.judging.regrade_request import request_regrade
+    from synth_pipelines.services.dagster_graphql import DagsterUnavailableError, backfill_status
+
+    engine = control_engine()
+    run = my_run(engine, run_id)
+    with user_errors(RegradeRefusedError, DagsterUnavailableError, SubmissionError):
+        pinned = read_profile(engine, judge, "judge profile") if judge else None
+        started = request_regrade(engine, _store(), run, pinned)
+    status = "requested"
+    while wait:
+        done = [
+            event
+            for event in read_events(engine, run_id=run_id, kinds=("regrade.batch_assessed",))
+            if event.data.get("regrade_id") == started.regrade_id
+        ]
+        status = backfill_status(settings().dagster_url, started.backfill_id)
+        if len(done) >= started.batches or status in ("FAILED", "CANCELED", "COMPLETED_FAILED"):
+            break
+        time.sleep(2)
+    data = {
+        **started.as_dict(),
+        "backfill_status": status,
+        "dagster_url": f"{settings().dagster_url}/runs/b/{started.backfill_id}",
+    }
+
+    def render() -> None:
+        console.print(
+            f"regrade {started.regrade_id} of {run_id} by {started.assessor}: backfill "
+            f"{started.backfill_id} ({status}); compare with "
+            f"`synth run show {run_id} --assessments`"
+        )
+        if started.evaluation_only:
+            console.print(
+                "evaluation-only: the run's attempts have no captured actor calls, so these "
+                "assessments cannot train a model"
+            )
+
+    emit("run regrade", data, as_json, render)

@@ -1,0 +1,145 @@
+"""A warm start: supervised steps on demonstrations through the tinker API, then one
+checkpoint that later runs bind like any other.
+
+Nothing is committed before the checkpoint: if the work stops part-way, its optimizer
+steps were applied to a training client that nothing refers to, and running it again
+starts over from the same model, so no update is ever counted twice.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import tinker
+import torch
+from sqlalchemy import Engine
+from tinker_cookbook.supervised.common import datum_from_model_input_weights
+
+from proxy.server import model_registry
+from synth_pipelines.config import settings
+from synth_pipelines.contracts.plan import WarmStartPlan
+from synth_pipelines.contracts.run_spec import RunSpec, batch_key
+from synth_pipelines.control.checkpoints import Checkpoint, batch_checkpoint, record_checkpoint
+from synth_pipelines.learning.demonstrations import (
+    DemonstrationTurn,
+    demonstration_turns,
+    harness_frame,
+    read_demonstration,
+)
+from synth_pipelines.learning.policy import bind_policy
+from synth_pipelines.learning.trainer import ADAM_BETAS, ADAM_EPS
+from synth_pipelines.registry.datasets import get_dataset, read_page
+from synth_pipelines.registry.task_packages import materialize_task
+from synth_pipelines.runtime.lifecycle import complete_batch, start_batch
+from synth_pipelines.storage.objectstore import ObjectStore
+
+PAGE = 500
+
+
+@dataclass(frozen=True)
+class WarmStartResult:
+    checkpoint: Checkpoint
+    losses: list[float]
+    """Mean cross-entropy per completion token, one per step."""
+    demonstrations: int
+    datums: int
+
+
+def turn_datum(turn: DemonstrationTurn) -> tinker.Datum:
+    """Loss on the completion only: the prompt is what the harness sent."""
+    weights = torch.tensor([0.0] * len(turn.prompt) + [1.0] * len(turn.completion))
+    return datum_from_model_input_weights(
+        tinker.ModelInput.from_ints(turn.prompt + turn.completion), weights
+    )
+
+
+def demonstration_datums(
+    engine: Engine, store: ObjectStore, spec: RunSpec, base_model: str
+) -> list[list[tinker.Datum]]:
+    """Per task of the run's dataset (in order, up to the plan's limit), its turns' datums."""
+    frame = harness_frame(spec.actor.profile())
+    adapter = model_registry(settings()).get(base_model).adapter()
+    dataset = get_dataset(engine, spec.dataset.ref)
+    cache = settings().state_dir / "task-cache"
+    per_task = []
+    for offset in range(0, spec.task_limit, PAGE):
+        for ref in read_page(engine, dataset, offset, min(PAGE, spec.task_limit - offset)):
+            task_dir = materialize_task(store, ref, cache)
+            turns = demonstration_turns(adapter, frame, read_demonstration(Path(task_dir)))
+            per_task.append([turn_datum(turn) for turn in turns])
+    return per_task
+
+
+def warm_start(
+    engine: Engine,
+    store: ObjectStore,
+    service: tinker.ServiceClient,
+    spec: RunSpec,
+    progress: Callable[[int, float], None] = lambda step, loss: None,
+) -> WarmStartResult:
+    plan = spec.plan
+    assert isinstance(plan, WarmStartPlan), f"run {spec.run_id} is not a warm start"
+    existing = batch_checkpoint(engine, spec.run_id, 0)
+    binding = bind_policy(engine, spec, 0)
+    per_task = demonstration_datums(engine, store, spec, binding.base_model)
+    if existing is not None:
+        return WarmStartResult(existing, [], len(per_task), sum(map(len, per_task)))
+    start_batch(engine, spec, 0, attempts=0)
+    if binding.trainer_state is None:
+        client = service.create_lora_training_client(
+            base_model=binding.base_model, rank=plan.lora_rank, seed=plan.seed
+        ).result()
+    else:
+        client = service.create_training_client_from_state(binding.trainer_state).result()
+    adam = tinker.AdamParams(
+        learning_rate=plan.learning_rate, beta1=ADAM_BETAS[0], beta2=ADAM_BETAS[1], eps=ADAM_EPS
+    )
+    rng = random.Random(plan.seed)
+    order: list[int] = []
+    losses = []
+    for step in range(plan.steps):
+        chosen = []
+        while len(chosen) < min(plan.demonstrations_per_step, len(per_task)):
+            if not order:
+                order = rng.sample(range(len(per_task)), len(per_task))
+            chosen.append(order.pop())
+        batch = [datum for i in chosen for datum in per_task[i]]
+        learned = client.forward_backward(batch, "cross_entropy")
+        stepped = client.optim_step(adam)
+        tokens = sum(float(datum.loss_fn_inputs["weights"].to_torch().sum()) for datum in batch)
+        losses.append(float(learned.result().metrics["loss:sum"]) / max(tokens, 1.0))
+        stepped.result()
+        progress(step + 1, losses[-1])
+    name = batch_key(spec.run_id, 0)
+    state_path = client.save_state(name).result().path
+    checkpoint = record_checkpoint(
+        engine,
+        Checkpoint(
+            sampler_path=client.save_weights_for_sampler(name).result().path,
+            run_id=spec.run_id,
+            batch=name,
+            batch_index=0,
+            state_path=state_path,
+            base_model=binding.base_model,
+            owner=spec.owner,
+            dataset_cursor=spec.task_limit,
+            optimizer_steps=plan.steps,
+            created_at=datetime.now(UTC),
+        ),
+    )
+    complete_batch(
+        engine,
+        spec,
+        0,
+        {
+            "checkpoint": checkpoint.sampler_path,
+            "optimizer_steps": plan.steps,
+            "loss_first": losses[0],
+            "loss_last": losses[-1],
+        },
+    )
+    return WarmStartResult(checkpoint, losses, len(per_task), sum(map(len, per_task)))

@@ -1,0 +1,130 @@
+"""The few Dagster GraphQL calls the CLI makes: backfills, which only the webserver launches.
+
+In production the webserver sits behind an authenticating reverse proxy
+(`deploy/nginx-dagster.conf`); every call carries the operator token from
+`SYNTH_DAGSTER_TOKEN` as `Authorization: Bearer`.
+"""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+
+from synth_pipelines.config import settings
+
+VERSION = "query { version }"
+
+LAUNCH_BACKFILL = """
+mutation($params: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message }
+    ... on InvalidStepError { invalidStepKey }
+    ... on InvalidOutputError { stepKey invalidOutputName }
+    ... on PartitionSetNotFoundError { message }
+    ... on UnauthorizedError { message }
+    ... on InvalidSubsetError { message }
+  }
+}
+"""
+
+BACKFILL_STATUS = """
+query($id: String!) {
+  partitionBackfillOrError(backfillId: $id) {
+    __typename
+    ... on PartitionBackfill { id status }
+    ... on PythonError { message }
+    ... on BackfillNotFoundError { message }
+  }
+}
+"""
+
+
+class DagsterUnavailableError(RuntimeError):
+    pass
+
+
+def _token() -> str | None:
+    configured = settings().dagster_token
+    return configured.get_secret_value() if configured and configured.get_secret_value() else None
+
+
+def _refusal(dagster_url: str, response: httpx.Response, token: str | None) -> str:
+    said = f"{response.status_code} {response.reason_phrase}"
+    if token is None:
+        return (
+            f"the Dagster webserver at {dagster_url} requires an operator token ({said}); "
+            "set SYNTH_DAGSTER_TOKEN to the token its authenticating proxy accepts"
+        )
+    return (
+        f"the Dagster webserver at {dagster_url} refused the operator token in "
+        f"SYNTH_DAGSTER_TOKEN ({said}); ask for the current token and set it again"
+    )
+
+
+def _graphql(dagster_url: str, query: str, variables: dict) -> dict:
+    token = _token()
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        response = httpx.post(
+            f"{dagster_url}/graphql",
+            json={"query": query, "variables": variables},
+            headers=headers,
+            timeout=60,
+        )
+    except httpx.HTTPError as error:
+        raise DagsterUnavailableError(
+            f"the Dagster webserver at {dagster_url} is not reachable ({error}); start the "
+            "services with `synth up`"
+        ) from None
+    if response.status_code in (401, 403):
+        raise DagsterUnavailableError(_refusal(dagster_url, response, token))
+    try:
+        response.raise_for_status()
+        body = response.json()
+    except (httpx.HTTPStatusError, ValueError):
+        raise DagsterUnavailableError(
+            f"{dagster_url}/graphql answered {response.status_code} "
+            f"{response.reason_phrase} without a GraphQL result; check that SYNTH_DAGSTER_URL "
+            "names the Dagster webserver (or its authenticating proxy)"
+        ) from None
+    if body.get("errors"):
+        raise DagsterUnavailableError(
+            f"Dagster refused the request: {body['errors'][0]['message']}"
+        )
+    return body["data"]
+
+
+def launch_asset_backfill(
+    dagster_url: str,
+    asset: str,
+    partitions: list[str],
+    run_config: dict,
+    tags: dict[str, str],
+    title: str,
+) -> str:
+    params = {
+        "assetSelection": [{"path": [asset]}],
+        "partitionNames": partitions,
+        "runConfigData": json.dumps(run_config),
+        "tags": [{"key": key, "value": value} for key, value in tags.items()],
+        "title": title,
+    }
+    result = _graphql(dagster_url, LAUNCH_BACKFILL, {"params": params})["launchPartitionBackfill"]
+    if result["__typename"] != "LaunchBackfillSuccess":
+        raise DagsterUnavailableError(f"Dagster did not launch the backfill: {result}")
+    return result["backfillId"]
+
+
+def backfill_status(dagster_url: str, backfill_id: str) -> str:
+    result = _graphql(dagster_url, BACKFILL_STATUS, {"id": backfill_id})["partitionBackfillOrError"]
+    if result["__typename"] != "PartitionBackfill":
+        raise DagsterUnavailableError(f"no backfill {backfill_id}: {result.get('message')}")
+    return result["status"]
+
+
+def dagster_version(dagster_url: str) -> str:
+    """The webserver's Dagster version: a cheap call that proves the CLI may use the API."""
+    return _graphql(dagster_url, VERSION, {})["version"]

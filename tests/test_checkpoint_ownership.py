@@ -1,0 +1,162 @@
+"""A checkpoint belongs to the owner of the run that trained it.
+
+Bob trains a real one-batch run on the local model service; the platform records its
+checkpoint. Alice, with a proxy token minted for her and with `SYNTH_OWNER=alice` on the
+CLI, can neither sample from it, read it (or the run that holds it), nor train from it;
+Bob can do all three.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from proxy.credentials import load_signing_key, mint_token
+from synth_pipelines.config import settings
+from synth_pipelines.control.checkpoints import run_checkpoints
+from synth_pipelines.control.database import control_engine
+from synth_pipelines.control.runs import list_runs
+from tests.conftest import PROJECT_ROOT
+from tests.live_services import Proxy, platform, set_script
+from tests.training_runs import (
+    accept_training,
+    refreshed,
+    run_batch,
+    script_one_right_one_wrong,
+    training_dataset,
+)
+
+SYNTH = str(Path(sys.executable).parent / "synth")
+PLAN = {
+    "groups_per_batch": 1,
+    "attempts_per_group": 2,
+    "batches": 1,
+    "learning_rate": 0.01,
+    "lora_rank": 4,
+    "max_tokens": 64,
+    "budget": {"max_active_attempts": 1, "cpus": 2, "memory_mb": 4096, "storage_mb": 8192},
+}
+ANOTHER_OWNER = "belongs to another owner"
+
+
+def _token(proxy: Proxy, owner: str, model: str) -> str:
+    return mint_token(
+        load_signing_key(proxy.config.signing_key_path),
+        run_id="r-interactive",
+        attempt_id="a-interactive",
+        owner=owner,
+        model=model,
+        ttl_sec=600,
+        role="interactive",
+    )
+
+
+def _sample(proxy: Proxy, token: str, model: str) -> httpx.Response:
+    return httpx.post(
+        f"{proxy.url}/v1/messages",
+        headers={"x-api-key": token, "anthropic-version": "2023-06-01"},
+        json={"model": model, "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]},
+        timeout=120,
+    )
+
+
+def _synth(owner: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [SYNTH, *args],
+        env={**os.environ, "SYNTH_OWNER": owner},
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _refused(result: subprocess.CompletedProcess, what: str) -> None:
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert what in result.stderr
+    assert ANOTHER_OWNER in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_only_the_owner_samples_reads_and_trains_from_a_checkpoint(state, tmp_path, monkeypatch):
+    monkeypatch.setenv("SYNTH_OWNER", "bob")
+    settings.cache_clear()
+    with platform(monkeypatch) as (model_url, proxy):
+        run = accept_training(training_dataset(tmp_path), PLAN)
+        script_one_right_one_wrong(model_url)
+        trained = run_batch(run, 0)
+        assert trained.success, [e.message for e in trained.all_events if e.is_failure]
+        assert refreshed(run).status == "succeeded"
+        engine = control_engine()
+        (checkpoint,) = run_checkpoints(engine, run.run_id)
+        assert checkpoint.owner == "bob"
+        sampler = checkpoint.sampler_path
+
+        set_script(model_url, [{"match": "hi", "completion": "hello from bob", "repeat": True}])
+        alice_token = _token(proxy, "alice", sampler)
+        for refused in (
+            _sample(proxy, alice_token, sampler),
+            httpx.get(f"{proxy.url}/v1/models/{sampler}", headers={"x-api-key": alice_token}),
+        ):
+            assert refused.status_code == 403
+            assert refused.json()["error"] == {
+                "type": "permission_error",
+                "message": f"checkpoint {sampler} {ANOTHER_OWNER}",
+            }
+        bob_token = _token(proxy, "bob", sampler)
+        described = httpx.get(f"{proxy.url}/v1/models/{sampler}", headers={"x-api-key": bob_token})
+        assert described.status_code == 200 and described.json()["id"] == sampler
+        sampled = _sample(proxy, bob_token, sampler)
+        assert sampled.status_code == 200, sampled.text
+        assert sampled.json()["content"][0]["text"] == "hello from bob"
+
+    for read in (
+        ("run", "checkpoints", run.run_id),
+        ("run", "show", run.run_id),
+        ("run", "events", run.run_id),
+        ("train", "resolve", run.run_id, "--inspect"),
+    ):
+        refused = _synth("alice", *read)
+        _refused(refused, f"run {run.run_id}")
+        assert sampler not in refused.stdout + refused.stderr
+    alice_runs = _synth("alice", "run", "list", "--json")
+    assert alice_runs.returncode == 0 and json.loads(alice_runs.stdout) == []
+    listed = _synth("bob", "run", "checkpoints", run.run_id, "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [c["sampler_path"] for c in json.loads(listed.stdout)] == [sampler]
+
+    plan = tmp_path / "train-plan.json"
+    plan.write_text(json.dumps({"kind": "train", **PLAN}))
+    start = (
+        "train",
+        "start",
+        "--dataset",
+        "test/train@v1",
+        "--actor",
+        "@profiles/builtin.json",
+        "--plan",
+        f"@{plan}",
+        "--model",
+        sampler,
+        "--json",
+    )
+    runs_before = {r.run_id for r in list_runs(engine, limit=1000)}
+    _refused(_synth("alice", *start), f"--model: checkpoint {sampler}")
+    assert {r.run_id for r in list_runs(engine, limit=1000)} == runs_before
+    unknown = f"{sampler}-never-recorded"
+    not_recorded = _synth("bob", *start[:-2], unknown, "--json")
+    assert not_recorded.returncode == 2
+    assert f"model {unknown} is not a known checkpoint" in not_recorded.stderr
+    assert {r.run_id for r in list_runs(engine, limit=1000)} == runs_before
+
+    continued = _synth("bob", *start)
+    assert continued.returncode == 0, continued.stderr
+    accepted = json.loads(continued.stdout)
+    assert (accepted["owner"], accepted["model"], accepted["created"]) == ("bob", sampler, True)

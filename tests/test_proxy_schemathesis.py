@@ -1,0 +1,85 @@
+"""Schemathesis against the real proxy under uvicorn: its OpenAPI document is the contract.
+
+Every operation gets schema-valid and schema-violating requests carrying a valid scoped token;
+each answer must be documented (status and media type), conform to its documented schema, be
+no 5xx, and refuse in Anthropic's error shape. Generation is derandomized, so a run repeats.
+"""
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, Phase, given, settings
+from schemathesis.checks import not_a_server_error
+from schemathesis.generation import GenerationMode
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    negative_data_rejection,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from tests.live_services import platform, set_script
+
+EXAMPLES_PER_MODE = {"POST /v1/messages": 50, "POST /v1/messages/count_tokens": 25}
+OTHER_OPERATION_EXAMPLES = 5
+
+
+def anthropic_error_shape(ctx, response, case) -> None:
+    """A refusal is `{"type": "error", "error": {"type": ..., "message": ...}}`, nothing else."""
+    if response.status_code < 400:
+        return
+    body = response.json()
+    assert body["type"] == "error", body
+    assert isinstance(body["error"]["type"], str) and body["error"]["message"], body
+
+
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    negative_data_rejection,
+    anthropic_error_shape,
+]
+
+
+def run_operation(operation, mode: GenerationMode, base_url: str, headers: dict) -> int:
+    ran = [0]
+    examples = EXAMPLES_PER_MODE.get(operation.label, OTHER_OPERATION_EXAMPLES)
+
+    @settings(
+        max_examples=examples,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        phases=[Phase.explicit, Phase.generate, Phase.shrink],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(case=operation.as_strategy(generation_mode=mode))
+    def exercise(case) -> None:
+        ran[0] += 1
+        case.call_and_validate(base_url=base_url, headers=headers, checks=CHECKS, timeout=60)
+
+    exercise()
+    return ran[0]
+
+
+@pytest.mark.slow
+def test_proxy_answers_schema_generated_requests_as_documented_and_never_with_5xx(
+    state, monkeypatch
+):
+    with platform(monkeypatch) as (model_url, proxy):
+        set_script(model_url, [{"completion": "fuzzed", "repeat": True}])
+        schema = schemathesis.openapi.from_url(f"{proxy.url}/openapi.json")
+        headers = {"x-api-key": proxy.token()}
+        ran: dict[str, int] = {}
+        for result in schema.get_all_operations():
+            operation = result.ok()
+            # Only a body has values outside its schema; a path's string parameter has none.
+            modes = [GenerationMode.POSITIVE, GenerationMode.NEGATIVE][: 1 + bool(operation.body)]
+            for mode in modes:
+                ran[f"{operation.label} {mode.value}"] = run_operation(
+                    operation, mode, proxy.url, headers
+                )
+        assert ran["POST /v1/messages positive"] >= EXAMPLES_PER_MODE["POST /v1/messages"]
+        assert ran["POST /v1/messages negative"] >= EXAMPLES_PER_MODE["POST /v1/messages"]
+        print(f"schemathesis cases: {sum(ran.values())} {ran}")

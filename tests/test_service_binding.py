@@ -1,0 +1,70 @@
+"""The embedded default listens on loopback only: every socket `synth up` opens.
+
+`synth up` is run for real (model service, capture proxy, Dagster daemon and webserver,
+and whatever they spawn: proxy workers, Dagster code servers), and the listening sockets
+of all those processes are read from the kernel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PROJECT_ROOT
+from tests.listening_sockets import listeners, session_processes
+from tests.production_services import free_port
+
+SYNTH = str(Path(sys.executable).parent / "synth")
+ADDRESSES = ("SYNTH_DAGSTER_URL", "SYNTH_PROXY_URL", "SYNTH_MODEL_SERVICE_URL")
+
+
+@pytest.fixture
+def embedded_env(tmp_path: Path) -> dict[str, str]:
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text((PROJECT_ROOT / "dagster_home" / "dagster.yaml").read_text())
+    inherited = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("SYNTH_", "DAGSTER_", "TINKER_"))
+    }
+    return {
+        **inherited,
+        "SYNTH_DATA_DIR": str(tmp_path / "state"),
+        "DAGSTER_HOME": str(home),
+        **{variable: f"http://127.0.0.1:{free_port()}" for variable in ADDRESSES},
+    }
+
+
+def _synth(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [SYNTH, *args], env=env, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600
+    )
+
+
+@pytest.mark.slow
+def test_every_service_synth_up_starts_listens_on_loopback_only(embedded_env):
+    started = _synth(embedded_env, "up", "--json")
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        services = {row["service"]: row["pid"] for row in json.loads(started.stdout)}
+        assert set(services) == {
+            "model-service",
+            "capture-proxy",
+            "dagster-daemon",
+            "dagster-webserver",
+        }
+        found = listeners(session_processes(set(services.values())))
+        for name in ("model-service", "capture-proxy", "dagster-webserver"):
+            assert any(listener.pid == services[name] for listener in found), name
+        configured = {int(embedded_env[variable].rsplit(":", 1)[1]) for variable in ADDRESSES}
+        assert configured <= {listener.port for listener in found}
+        assert [listener for listener in found if not listener.loopback] == []
+    finally:
+        stopped = _synth(embedded_env, "down", "--json")
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
