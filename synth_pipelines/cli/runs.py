@@ -400,18 +400,19 @@ def compare(
     }
 
     def render() -> None:
-        table = Table("", "run", "model", "passed/assessed", "pass@1", "95% CI (Wilson)")
+        table = Table("", "run", "passed/assessed", "pass@1", "95% CI (Wilson)")
         for label, row in zip(("baseline", "candidate"), rows, strict=True):
             interval = row["wilson_95"]
             table.add_row(
                 label,
                 row["run_id"],
-                str(row["model"]),
                 f"{row['passed']}/{row['assessed']}",
                 "-" if row["pass_at_1"] is None else f"{row['pass_at_1']:.1%}",
                 "-" if interval is None else f"{interval[0]:.1%} - {interval[1]:.1%}",
             )
         console.print(table)
+        for label, row in zip(("baseline", "candidate"), rows, strict=True):
+            console.print(f"{label} model: {row['model']}", highlight=False, soft_wrap=True)
         if document["difference"] is not None:
             console.print(f"difference {document['difference']:+.1%}")
         console.print(
