@@ -4,12 +4,11 @@ and the checkpoint that binds the next batch.
 The learning code (tinker-cookbook, and torch under it) is imported inside the asset
 bodies, so loading the code location stays fast for every other job."""
 
-import base64
-
 import dagster as dg
 import pyarrow as pa
 
 from assets.captured_interactions import captured_interactions
+from assets.curve_metadata import curve_metadata
 from assets.partitions import batches
 from resources.control_database import ControlDatabase
 from resources.object_store import ObjectStoreResource
@@ -161,11 +160,10 @@ def _reward_curve(
         scored = [s.reward for s in standings if s.reward is not None]
         rewards.append(sum(scored) / len(scored) if scored else 0.0)
     png = reward_curve_png(rewards, f"{spec.run_id}: mean reward per batch")
-    ref = store.put(f"runs/{spec.run_id}/reward-curve-b{index:04d}.png", png)
-    inline = base64.b64encode(png).decode()
     return {
-        "reward_curve": dg.MetadataValue.md(f"![reward curve](data:image/png;base64,{inline})"),
-        "reward_curve_png": dg.MetadataValue.path(store.uri(ref.key)),
+        **curve_metadata(
+            store, f"runs/{spec.run_id}/reward-curve-b{index:04d}.png", png, "reward_curve"
+        ),
         "reward_mean": dg.MetadataValue.float(rewards[-1]),
     }
 

@@ -4,10 +4,9 @@ checkpoint that a train or eval run then binds with `--model`.
 The learning code (tinker-cookbook, and torch under it) is imported inside the asset body,
 so loading the code location stays fast for every other job."""
 
-import base64
-
 import dagster as dg
 
+from assets.curve_metadata import curve_metadata
 from assets.partitions import runs
 from resources.control_database import ControlDatabase
 from resources.object_store import ObjectStoreResource
@@ -40,11 +39,8 @@ def warm_start(
     curve: dict = {}
     if result.losses:
         png = loss_curve_png(result.losses, f"{spec.run_id}: warm start loss")
-        ref = store.put(f"runs/{spec.run_id}/warm-start-loss.png", png)
-        inline = base64.b64encode(png).decode()
         curve = {
-            "loss_curve": dg.MetadataValue.md(f"![loss curve](data:image/png;base64,{inline})"),
-            "loss_curve_png": dg.MetadataValue.path(store.uri(ref.key)),
+            **curve_metadata(store, f"runs/{spec.run_id}/warm-start-loss.png", png, "loss_curve"),
             "loss_first": dg.MetadataValue.float(result.losses[0]),
             "loss_last": dg.MetadataValue.float(result.losses[-1]),
         }

@@ -20,6 +20,13 @@ ADAM_BETAS = (0.9, 0.95)
 ADAM_EPS = 1e-8
 
 
+def adam(learning_rate: float) -> tinker.AdamParams:
+    """The optimizer settings of every update the platform applies."""
+    return tinker.AdamParams(
+        learning_rate=learning_rate, beta1=ADAM_BETAS[0], beta2=ADAM_BETAS[1], eps=ADAM_EPS
+    )
+
+
 @dataclass
 class GradientSummary:
     datums: int
@@ -98,13 +105,7 @@ class BatchUpdate:
 
     def optim_step(self) -> dict[str, float]:
         assert self.client is not None
-        params = tinker.AdamParams(
-            learning_rate=self.plan.learning_rate,
-            beta1=ADAM_BETAS[0],
-            beta2=ADAM_BETAS[1],
-            eps=ADAM_EPS,
-        )
-        response = self.client.optim_step(params).result()
+        response = self.client.optim_step(adam(self.plan.learning_rate)).result()
         return dict(response.metrics or {})
 
     def save_state(self, name: str) -> str:

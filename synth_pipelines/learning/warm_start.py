@@ -31,7 +31,7 @@ from synth_pipelines.learning.demonstrations import (
     read_demonstration,
 )
 from synth_pipelines.learning.policy import bind_policy
-from synth_pipelines.learning.trainer import ADAM_BETAS, ADAM_EPS
+from synth_pipelines.learning.trainer import adam
 from synth_pipelines.registry.datasets import get_dataset, read_page
 from synth_pipelines.registry.task_packages import materialize_task
 from synth_pipelines.runtime.lifecycle import complete_batch, start_batch
@@ -95,9 +95,7 @@ def warm_start(
         ).result()
     else:
         client = service.create_training_client_from_state(binding.trainer_state).result()
-    adam = tinker.AdamParams(
-        learning_rate=plan.learning_rate, beta1=ADAM_BETAS[0], beta2=ADAM_BETAS[1], eps=ADAM_EPS
-    )
+    optimizer = adam(plan.learning_rate)
     rng = random.Random(plan.seed)
     order: list[int] = []
     losses = []
@@ -109,7 +107,7 @@ def warm_start(
             chosen.append(order.pop())
         batch = [datum for i in chosen for datum in per_task[i]]
         learned = client.forward_backward(batch, "cross_entropy")
-        stepped = client.optim_step(adam)
+        stepped = client.optim_step(optimizer)
         tokens = sum(float(datum.loss_fn_inputs["weights"].to_torch().sum()) for datum in batch)
         losses.append(float(learned.result().metrics["loss:sum"]) / max(tokens, 1.0))
         stepped.result()
