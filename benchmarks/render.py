@@ -6,10 +6,13 @@ in-process, no HTTP. For each size it times:
 
 - uncached: request body bytes -> validated request -> prompt token ids (what a first call, or a
   call without a session id, costs);
+- new session: the first request of a session after another session of the same owner sent
+  a first request whose billing header line differs (a different task): its system prompt and
+  tools are found in the segment cache (what each attempt's first call costs in a run);
 - cached next turn: the same, when the session's previous turn is in the prefix cache (what
   each later call of a session costs);
 
-and prints p50 / p90 milliseconds and the uncached / cached ratio measured in this run. A last
+and prints p50 / p90 milliseconds and the uncached / cached ratios measured in this run. A last
 table times the other families' uncached render of the first request.
 
     .venv/bin/python -m benchmarks.render [--reps 30]
@@ -51,6 +54,35 @@ def _p(samples: list[float], quantile: float) -> float:
 def _body(turns: int | None) -> bytes:
     body = first_request() if turns is None else grown_conversation(turns)
     return json.dumps(body, separators=(",", ":")).encode()
+
+
+def _other_task(body: bytes) -> bytes:
+    """The same first request as another task sends it: only its billing header differs."""
+    return body.replace(b"cc_version=2.1.328.593", b"cc_version=2.1.328.a1f", 1)
+
+
+def new_session_row(reps: int) -> None:
+    qwen = adapter_for("qwen")
+    body = _body(None)
+    other = _other_task(body)
+    assert other != body, "the first-request fixture no longer carries the billing header"
+    uncached = _times_ms(lambda: qwen.render(parse_messages_request(other)), reps)
+
+    def new_session() -> float:
+        cache = PrefixCache()
+        qwen.render(parse_messages_request(body), prefix_cache=cache, scope=SCOPE)
+        scope = CacheScope("bench", "bench-2", "synth/qwen3-tiny", "session-2", "main")
+        start = time.perf_counter()
+        qwen.render(parse_messages_request(other), prefix_cache=cache, scope=scope)
+        return (time.perf_counter() - start) * 1e3
+
+    cached = [new_session() for _ in range(reps)]
+    ratio = statistics.median(uncached) / statistics.median(cached)
+    print(
+        f"\nFirst request of a new session, another task's first request seen before: "
+        f"uncached {statistics.median(uncached):.2f} ms p50, segment cache "
+        f"{statistics.median(cached):.2f} ms p50 ({ratio:.1f}x)"
+    )
 
 
 def qwen_table(reps: int) -> None:
@@ -101,6 +133,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=30, help="timed repetitions per row")
     reps = parser.parse_args().reps
     qwen_table(reps)
+    new_session_row(reps)
     family_table(reps)
 
 

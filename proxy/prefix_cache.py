@@ -10,7 +10,10 @@ dropped from an earlier turn) is simply re-tokenized from the first difference.
 
 Entries are scoped by owner, credential, model, native session and agent, so one session's
 prompts never serve another's, and the cache is bounded by sessions and by total tokens
-(least recently used first out).
+(least recently used first out). Where the adapter names how its tokenizer may be cut
+(`split`), a text run the session has not seen is looked up segment by segment among the
+texts of the same owner and model (`proxy.segment_cache`), which is what makes a session's
+first call cheap: its system prompt and tools are those of the attempts before it.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from proxy.segment_cache import SegmentCache
 
 Run = int | str
 """A special token id, or ordinary text between special tokens."""
@@ -42,6 +47,8 @@ class CacheStats:
     misses: int
     reused_tokens: int
     tokenized_tokens: int
+    segment_reused_tokens: int
+    """Ids of a session's unseen runs found among other sessions' segments."""
 
 
 @dataclass(frozen=True)
@@ -63,9 +70,15 @@ def encode_runs(runs: Sequence[Run], encode: Callable[[str], list[int]]) -> list
 
 
 class PrefixCache:
-    def __init__(self, max_sessions: int = 256, max_tokens: int = 8_000_000) -> None:
+    def __init__(
+        self,
+        max_sessions: int = 256,
+        max_tokens: int = 8_000_000,
+        segment_tokens: int = 4_000_000,
+    ) -> None:
         self.max_sessions = max_sessions
         self.max_tokens = max_tokens
+        self.segments = SegmentCache(segment_tokens)
         self._entries: OrderedDict[CacheScope, _Entry] = OrderedDict()
         self._size = 0
         self._lock = threading.Lock()
@@ -75,9 +88,13 @@ class PrefixCache:
         self._tokenized = 0
 
     def tokenize(
-        self, scope: CacheScope, runs: Sequence[Run], encode: Callable[[str], list[int]]
+        self,
+        scope: CacheScope,
+        runs: Sequence[Run],
+        encode: Callable[[str], list[int]],
+        split: Callable[[str], list[str]] | None = None,
     ) -> tuple[list[int], int]:
-        """Token ids of `runs` and how many of them came from the cache."""
+        """Token ids of `runs` and how many of them came from the session's prefix."""
         with self._lock:
             cached = self._entries.get(scope)
         tokens: list[int] = []
@@ -90,11 +107,24 @@ class PrefixCache:
                 reused += len(run_ids)
             else:
                 matching = False
-                run_ids = array("I", [run] if isinstance(run, int) else encode(run))
+                run_ids = self._encode(scope, run, encode, split)
             ids.append(run_ids)
             tokens.extend(run_ids)
         self._store(scope, _Entry(tuple(runs), tuple(ids), len(tokens)), reused, len(tokens))
         return tokens, reused
+
+    def _encode(
+        self,
+        scope: CacheScope,
+        run: Run,
+        encode: Callable[[str], list[int]],
+        split: Callable[[str], list[str]] | None,
+    ) -> array:
+        if isinstance(run, int):
+            return array("I", [run])
+        if split is None:
+            return array("I", encode(run))
+        return self.segments.encode(scope.owner, scope.model, run, encode, split)
 
     def stats(self) -> CacheStats:
         with self._lock:
@@ -105,6 +135,7 @@ class PrefixCache:
                 misses=self._misses,
                 reused_tokens=self._reused,
                 tokenized_tokens=self._tokenized,
+                segment_reused_tokens=self.segments.reused_tokens,
             )
 
     def _store(self, scope: CacheScope, entry: _Entry, reused: int, total: int) -> None:

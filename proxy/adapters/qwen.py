@@ -31,6 +31,7 @@ from proxy.adapters.conversation import (
 )
 from proxy.messages import CountTokensRequest
 from proxy.prefix_cache import CacheScope, PrefixCache, Run, encode_runs
+from proxy.segment_cache import line_starts
 
 _TOOLS_INTRO = (
     "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
@@ -81,7 +82,9 @@ class QwenAdapter:
         conversation = conversation_from_request(request)
         runs = self.runs(conversation)
         if prefix_cache is not None and scope is not None:
-            tokens, reused = prefix_cache.tokenize(scope, runs, self._tokenizer.encode_ordinary)
+            tokens, reused = prefix_cache.tokenize(
+                scope, runs, self._tokenizer.encode_ordinary, split=line_starts
+            )
         else:
             tokens, reused = encode_runs(runs, self._tokenizer.encode_ordinary), 0
         return RenderedPrompt(
