@@ -25,6 +25,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
+from proxy import worker_calls
 from proxy.auth import Authenticated, require_role
 from proxy.capture import CaptureSink, report_to_dagster
 from proxy.checkpoint_models import checkpoint_lookup
@@ -154,11 +155,10 @@ def create_app(config: ProxyConfig) -> FastAPI:
             ),
             config.workers,
         )
+        warm_models = [entry.id for entry in config.registry.entries()][:1]
+        worker_calls.preload(config.registry, warm_models)
         await workers.start()
-        # The workers load their tokenizers while this process opens the evidence store.
-        warming = asyncio.ensure_future(
-            workers.warm([entry.id for entry in config.registry.entries()][:1])
-        )
+        warming = asyncio.ensure_future(workers.warm(warm_models))
         engine = engine_for(config.database_url)
         store = open_object_store(config.objects_url, endpoint_url=config.s3_endpoint_url)
         publisher = EvidencePublisher(

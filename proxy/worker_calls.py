@@ -306,13 +306,18 @@ def count(body: bytes) -> int | ErrorResult:
         return ErrorResult(error.error_type, error.message)
 
 
-def warm(family_models: list[str]) -> int:
-    """Load each model's tokenizer and the evidence encoder now, not in the first call."""
-    state = _worker()
+def preload(registry: ModelRegistry, family_models: list[str]) -> None:
+    """Load each model's tokenizer and the evidence encoder in this process, not in a call.
+    The server calls it before it forks the workers, so they start with both loaded."""
     for model in family_models:
-        state.registry.get(model).adapter()
-    # pyarrow's first conversion of Python values imports pandas (0.2-0.3 s); not in a call.
+        registry.get(model).adapter()
+    # pyarrow's first conversion of Python values imports pandas (0.2-0.3 s).
     staged_call.prompt_part("warm-up", [], "", None)
+
+
+def warm(family_models: list[str]) -> int:
+    """Make sure the worker holds what `preload` loads, then set it aside from collections."""
+    preload(_worker().registry, family_models)
     # What is loaded now lives as long as the worker; a full collection that walked it
     # (torch, the tokenizers: about 250k objects) would stall a call by up to ~100 ms.
     gc.freeze()

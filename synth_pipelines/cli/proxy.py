@@ -12,14 +12,18 @@ proxy_app = typer.Typer(help="The capture proxy and its scoped tokens.", no_args
 
 @proxy_app.command("serve")
 def serve(
-    workers: int = typer.Option(
-        2, "--workers", min=0, help="Render worker processes (0: in process)."
+    workers: int | None = typer.Option(
+        None,
+        "--workers",
+        min=0,
+        help="Worker processes (0: in process); default: one more than the CPU cores, at most 8.",
     ),
 ) -> None:
     """Serve Anthropic Messages on SYNTH_PROXY_URL until interrupted."""
+    from proxy.server import DEFAULT_WORKERS
     from proxy.server import serve as run
 
-    run(settings(), workers=workers)
+    run(settings(), workers=DEFAULT_WORKERS if workers is None else workers)
 
 
 @proxy_app.command("token")
