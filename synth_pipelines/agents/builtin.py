@@ -1,13 +1,16 @@
 """The built-in agent: a small tool-using coding agent that speaks Anthropic Messages.
 
-It runs inside the sandbox as a script (only the standard library and the `anthropic`
-SDK), so it must not import the platform. Prompts are short so small models can follow
-them. Tools: `bash` and `write_file`. The loop ends when the model answers without a tool
-call, or at the step limit; a reply cut off at the token limit is continued.
+It runs inside the sandbox as a script with only the standard library, so it must not
+import the platform, and it starts in a tenth of a second: an attempt of a trivial task
+costs little more than its sandbox (the `anthropic` SDK alone takes ~1.5 s to import).
+Prompts are short so small models can follow them. Tools: `bash` and `write_file`. The
+loop ends when the model answers without a tool call, or at the step limit; a reply cut
+off at the token limit is continued.
 
 Usage: agent.py --model M [--max-steps N] [--max-tokens T] [--system TEXT]
 The instruction arrives on stdin (or as the last argument). ANTHROPIC_BASE_URL and
-ANTHROPIC_AUTH_TOKEN route it through the capture proxy with the attempt's scoped token.
+ANTHROPIC_AUTH_TOKEN (or ANTHROPIC_API_KEY) route it through the capture proxy with the
+attempt's scoped token, as they route the `anthropic` SDK.
 """
 
 import argparse
@@ -16,8 +19,8 @@ import os
 import subprocess
 import sys
 import time
-
-import anthropic
+import urllib.error
+import urllib.request
 
 SYSTEM = (
     "You are a coding agent in a Linux sandbox. The task's files are in the current "
@@ -49,6 +52,42 @@ TOOLS = [
 OUTPUT_LIMIT = 4000
 COMMAND_TIMEOUT_SEC = 60
 CONTINUE = "Your reply was cut off at the token limit. Continue."
+REQUEST_TIMEOUT_SEC = 600
+RETRIES = 2
+RETRIED_STATUSES = {408, 409, 429, 500, 502, 503, 504, 529}
+"""What the `anthropic` SDK retries: timeouts, conflicts, rate limits, server errors."""
+
+
+class ModelCallError(Exception):
+    """The model could not be reached, or refused the call in a way a retry does not cure."""
+
+
+def create_message(body: dict) -> dict:
+    """POST /v1/messages, non-streaming, retried like the SDK retries (backoff 0.5 s, 1 s)."""
+    base = os.environ.get("ANTHROPIC_BASE_URL", "https://api.anthropic.com").rstrip("/")
+    headers = {"content-type": "application/json", "anthropic-version": "2023-06-01"}
+    if os.environ.get("ANTHROPIC_API_KEY"):
+        headers["x-api-key"] = os.environ["ANTHROPIC_API_KEY"]
+    if os.environ.get("ANTHROPIC_AUTH_TOKEN"):
+        headers["authorization"] = f"Bearer {os.environ['ANTHROPIC_AUTH_TOKEN']}"
+    data = json.dumps(body).encode()
+    for attempt in range(RETRIES + 1):
+        request = urllib.request.Request(
+            f"{base}/v1/messages", data=data, headers=headers, method="POST"
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_SEC) as response:
+                return json.load(response)
+        except urllib.error.HTTPError as error:
+            problem = f"HTTP {error.code}: {error.read().decode(errors='replace')[:2000]}"
+            if error.code not in RETRIED_STATUSES:
+                raise ModelCallError(problem) from None
+        except (urllib.error.URLError, OSError) as error:
+            problem = str(error)
+        if attempt == RETRIES:
+            raise ModelCallError(problem)
+        time.sleep(0.5 * 2**attempt)
+    raise AssertionError("unreachable")
 
 
 def log(event: str, **data) -> None:
@@ -90,6 +129,8 @@ def use_tool(name: str, arguments: dict) -> tuple[str, bool]:
             return write_file(str(arguments["path"]), str(arguments["content"]))
     except KeyError as missing:
         return f"tool {name} needs the argument {missing}", True
+    except TypeError:
+        return f"tool {name} takes an object of arguments", True
     return f"there is no tool named {name!r}; use bash or write_file", True
 
 
@@ -103,36 +144,45 @@ def main() -> int:
     options = parser.parse_args()
     instruction = options.instruction if options.instruction is not None else sys.stdin.read()
     limit = int(os.environ.get("SYNTH_MAX_OUTPUT_TOKENS", options.max_tokens))
-    client = anthropic.Anthropic(max_retries=2, timeout=600)
     messages: list[dict] = [{"role": "user", "content": instruction}]
     for step in range(1, options.max_steps + 1):
-        reply = client.messages.create(
-            model=options.model,
-            max_tokens=min(options.max_tokens, limit),
-            system=options.system,
-            tools=TOOLS,
-            thinking={"type": "disabled"},
-            messages=messages,
-        )
-        content = [block.model_dump(exclude_none=True) for block in reply.content]
-        log("reply", step=step, stop_reason=reply.stop_reason, content=content)
+        try:
+            reply = create_message(
+                {
+                    "model": options.model,
+                    "max_tokens": min(options.max_tokens, limit),
+                    "system": options.system,
+                    "tools": TOOLS,
+                    "thinking": {"type": "disabled"},
+                    "messages": messages,
+                }
+            )
+        except ModelCallError as error:
+            log("model_error", step=step, error=str(error))
+            return 1
+        content = [
+            {key: value for key, value in block.items() if value is not None}
+            for block in reply.get("content", [])
+        ]
+        log("reply", step=step, stop_reason=reply.get("stop_reason"), content=content)
         messages.append({"role": "assistant", "content": content or [{"type": "text", "text": ""}]})
-        calls = [block for block in reply.content if block.type == "tool_use"]
+        calls = [block for block in content if block.get("type") == "tool_use"]
         if calls:
             results = []
             for call in calls:
-                output, failed = use_tool(call.name, call.input)
-                log("tool", step=step, name=call.name, input=call.input, failed=failed)
+                arguments = call.get("input") or {}
+                output, failed = use_tool(call.get("name", ""), arguments)
+                log("tool", step=step, name=call.get("name"), input=arguments, failed=failed)
                 results.append(
                     {
                         "type": "tool_result",
-                        "tool_use_id": call.id,
+                        "tool_use_id": call.get("id"),
                         "content": output,
                         "is_error": failed,
                     }
                 )
             messages.append({"role": "user", "content": results})
-        elif reply.stop_reason == "max_tokens":
+        elif reply.get("stop_reason") == "max_tokens":
             messages.append({"role": "user", "content": CONTINUE})
         else:
             log("done", steps=step)
