@@ -40,7 +40,7 @@ demo: setup
 	@echo "Dagster UI: http://127.0.0.1:3000 (Assets > trials / assessments, partitions per batch; Runs tagged synth/run)"
 
 test: setup lint
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n 2
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from synth_pipelines.cli.command_group import interrupts_by_default
 from synth_pipelines.config import settings
 from synth_pipelines.control.database import engine_for
 
@@ -14,6 +15,12 @@ pytest_plugins = ["tests.production_services"]
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_DATASET = PROJECT_ROOT / "datasets" / "sample"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Dagster's in-process execution leaves SIGTERM with SIGINT's disposition: ignored when
+    # the suite runs as a background job, and then inherited by every process a test starts.
+    interrupts_by_default()
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ is an operator's setting to fix, not a crash.
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 import typer
@@ -26,8 +27,17 @@ def _shown_database_url() -> str:
         return "(unparseable SYNTH_DATABASE_URL)"
 
 
+def interrupts_by_default() -> None:
+    """A command started as a background job of a script (`synth up &`) inherits SIGINT
+    ignored, and so would every service it starts; Dagster's processes give SIGTERM the
+    handler SIGINT has, so they would ignore `synth down` as well."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 class SynthGroup(TyperGroup):
     def invoke(self, ctx: typer.Context) -> Any:
+        interrupts_by_default()
         try:
             return super().invoke(ctx)
         except OperationalError as error:
