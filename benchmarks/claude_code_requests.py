@@ -19,9 +19,21 @@ from proxy.thinking_signature import sign_thinking
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
-def first_request() -> dict[str, Any]:
-    """The default first request of a print-mode session (`claude -p 'say hi'`)."""
-    return json.loads((FIXTURES / "claude_code_first_request.json").read_text())
+RECORDED_TASK = "593"
+"""The task fingerprint in the recorded request's billing header line."""
+
+
+def first_request(task: str = RECORDED_TASK) -> dict[str, Any]:
+    """The default first request of a print-mode session (`claude -p 'say hi'`) as a task
+    sends it: Claude Code's billing header line carries a fingerprint of the task's first
+    message; the rest (system prompt, tools) is the same for every task."""
+    body = json.loads((FIXTURES / "claude_code_first_request.json").read_text())
+    header = body["system"][0]
+    recorded = f"cc_version=2.1.328.{RECORDED_TASK};"
+    if recorded not in header["text"]:
+        raise RuntimeError("the first-request fixture no longer opens with the billing header")
+    header["text"] = header["text"].replace(recorded, f"cc_version=2.1.328.{task};")
+    return body
 
 
 def tool_result_request() -> dict[str, Any]:

@@ -41,7 +41,7 @@ from typing import Any
 
 import tinker
 
-from benchmarks.claude_code_requests import first_request, grown_conversation
+from benchmarks.claude_code_requests import RECORDED_TASK, first_request, grown_conversation
 from benchmarks.proxy_clients import (
     Call,
     DirectSampler,
@@ -69,23 +69,15 @@ SESSION_TURNS = 4
 at which the anchor's concurrency was characterised; `--session-turns 20` grows to ~31k."""
 
 
-def _body(turns: int | None) -> bytes:
-    """A streaming request: the first request (`None`), or the session after `turns` more."""
+def _body(turns: int | None, task: str = RECORDED_TASK) -> bytes:
+    """A streaming request: the first request (`None`) of `task`, or the session after
+    `turns` more."""
     body: dict[str, Any] = (
-        first_request() if turns is None else grown_conversation(turns, thinking=False)
+        first_request(task) if turns is None else grown_conversation(turns, thinking=False)
     )
     body["max_tokens"] = MAX_TOKENS
     body["stream"] = True
     return json.dumps(body, separators=(",", ":")).encode()
-
-
-def _as_task(body: bytes, task: int) -> bytes:
-    """The first request as another task sends it: Claude Code's billing header line carries
-    a fingerprint of the task's first message; the rest (system prompt, tools) is the same."""
-    changed = body.replace(b"cc_version=2.1.328.593", f"cc_version=2.1.328.{task:03x}".encode())
-    if changed == body:
-        raise RuntimeError("the first-request fixture no longer carries the billing header")
-    return changed
 
 
 @dataclass(frozen=True)
@@ -244,7 +236,7 @@ def measure_latency(bench: Bench, reps: int) -> list[SizeResult]:
             bodies, results, prompts, strict=True
         ):
             if before is None:
-                body = _as_task(body, rep)
+                body = _body(None, task=f"{rep:03x}")
             result.ours_uncached.timings.append(bench.call_ours(ours, (body, bench.sessions.new())))
             if before is not None:
                 session = bench.sessions.new()

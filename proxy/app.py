@@ -155,10 +155,9 @@ def create_app(config: ProxyConfig) -> FastAPI:
             ),
             config.workers,
         )
-        warm_models = [entry.id for entry in config.registry.entries()][:1]
-        worker_calls.preload(config.registry, warm_models)
+        worker_calls.preload(config.registry, [entry.id for entry in config.registry.entries()][:1])
         await workers.start()
-        warming = asyncio.ensure_future(workers.warm(warm_models))
+        warming = asyncio.ensure_future(workers.freeze())
         engine = engine_for(config.database_url)
         store = open_object_store(config.objects_url, endpoint_url=config.s3_endpoint_url)
         publisher = EvidencePublisher(

@@ -315,13 +315,12 @@ def preload(registry: ModelRegistry, family_models: list[str]) -> None:
     staged_call.prompt_part("warm-up", [], "", None)
 
 
-def warm(family_models: list[str]) -> int:
-    """Make sure the worker holds what `preload` loads, then set it aside from collections."""
-    preload(_worker().registry, family_models)
-    # What is loaded now lives as long as the worker; a full collection that walked it
-    # (torch, the tokenizers: about 250k objects) would stall a call by up to ~100 ms.
+def freeze() -> None:
+    """Set aside from collections what the worker started with (`preload`, in the server
+    before it forked the workers): it lives as long as the worker, and a full collection
+    that walked it (torch, the tokenizers: about 250k objects) would stall a call by up to
+    ~100 ms."""
     gc.freeze()
-    return len(family_models)
 
 
 HANDLERS = {
@@ -330,5 +329,5 @@ HANDLERS = {
     "cancel": cancel,
     "abandon": abandon,
     "count": count,
-    "warm": warm,
+    "freeze": freeze,
 }

@@ -245,8 +245,8 @@ class CallWorkers:
         if entry.alive:
             entry.send((next(self._ids), function, args))
 
-    async def warm(self, models: list[str]) -> None:
-        await asyncio.gather(*(self.call(i, "warm", models) for i in range(len(self._workers))))
+    async def freeze(self) -> None:
+        await asyncio.gather(*(self.call(i, "freeze") for i in range(len(self._workers))))
 
     def shutdown(self) -> None:
         """Stop the workers (the server has finished its calls by now): each sees its socket

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 from claude_code_requests import first_request
 from hypothesis import given, settings
@@ -25,14 +23,9 @@ def _scope(session: str, owner: str = "team-a") -> CacheScope:
     return CacheScope(owner, f"cred-{session}", "synth/qwen3-tiny", session, "main")
 
 
-def _with_billing_line(suffix: str) -> MessagesRequest:
+def _with_billing_line(task: str) -> MessagesRequest:
     """Claude Code's first request; its billing header line varies with the task."""
-    body = copy.deepcopy(first_request())
-    header = body["system"][0]
-    header["text"] = header["text"].replace(
-        "cc_version=2.1.328.593", f"cc_version=2.1.328.{suffix}"
-    )
-    return MessagesRequest.model_validate(body)
+    return MessagesRequest.model_validate(first_request(task))
 
 
 _QWEN3 = tokenizers.Qwen3Tokenizer()
