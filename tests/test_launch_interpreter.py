@@ -1,11 +1,12 @@
 """The one interpreter of profiles: delivery, files, env bindings, constraints."""
 
 import json
+import posixpath
 
 import pytest
 
 from synth_pipelines.agents.constraints import LaunchConstraintError
-from synth_pipelines.agents.launch import INSTRUCTION_STDIN, RuntimeBindings, build_launch
+from synth_pipelines.agents.launch import HOME, INSTRUCTION_STDIN, RuntimeBindings, build_launch
 from synth_pipelines.contracts.profile import Profile
 from tests.conftest import PROJECT_ROOT
 
@@ -39,7 +40,7 @@ def test_claude_code_launch_routes_through_the_proxy_with_the_bound_model():
     assert launch.argv[launch.argv.index("--model") + 1] == "synth/qwen3-tiny"
     assert launch.stdin_path == INSTRUCTION_STDIN
     assert {f.path: f.content for f in launch.files}[INSTRUCTION_STDIN] == "Do it."
-    assert "/root/.claude/CLAUDE.md" in {f.path for f in launch.files}
+    assert posixpath.join(HOME, ".claude", "CLAUDE.md") in {f.path for f in launch.files}
     assert launch.workdir == "/app"
 
 
@@ -63,10 +64,10 @@ def test_env_bindings_resolve_literals_and_runtime_values():
 
 def test_workdir_and_required_outputs_resolve_against_the_profile_workdir():
     launch = build_launch(
-        _profile(workdir="/srv", required_outputs=["out.txt", "~/notes.md"]), BINDINGS, "x", "/app"
+        _profile(workdir="/task", required_outputs=["out.txt", "~/notes.md"]), BINDINGS, "x", "/app"
     )
-    assert launch.workdir == "/srv"
-    assert launch.required_outputs == ("/srv/out.txt", "/root/notes.md")
+    assert launch.workdir == "/task"
+    assert launch.required_outputs == ("/task/out.txt", posixpath.join(HOME, "notes.md"))
 
 
 def test_placeholder_launch_records_no_secret():
