@@ -10,6 +10,8 @@ import pytest
 from synth_pipelines.cli.command_group import interrupts_by_default
 from synth_pipelines.config import settings
 from synth_pipelines.control.database import engine_for
+from synth_pipelines.sandbox.leases import reclaim_orphans
+from synth_pipelines.sandbox.limits import detect_hierarchy
 
 pytest_plugins = ["tests.production_services"]
 
@@ -21,6 +23,16 @@ def pytest_configure(config: pytest.Config) -> None:
     # Dagster's in-process execution leaves SIGTERM with SIGINT's disposition: ignored when
     # the suite runs as a background job, and then inherited by every process a test starts.
     interrupts_by_default()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_sandbox_outlives_the_session(tmp_path_factory: pytest.TempPathFactory):
+    """Reclaim the sandboxes of run workers the fault tests killed: their mounts and
+    cgroups would otherwise outlive the session (a later sandbox start would reclaim them
+    only in the same state directory)."""
+    yield
+    for sandboxes in tmp_path_factory.getbasetemp().glob("**/work/sandboxes"):
+        reclaim_orphans(sandboxes, detect_hierarchy())
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import os
 import pwd
 import re
@@ -21,6 +22,7 @@ import signal
 import tarfile
 import tempfile
 from collections.abc import AsyncIterator
+from functools import cache
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
@@ -59,6 +61,7 @@ from synth_pipelines.sandbox.filesystem import (
     top_level,
     writable_top,
 )
+from synth_pipelines.sandbox.leases import SandboxLease, reclaim_orphans
 from synth_pipelines.sandbox.limits import (
     INIT_LEAF,
     ResourceLimits,
@@ -67,13 +70,31 @@ from synth_pipelines.sandbox.limits import (
 )
 from synth_pipelines.sandbox.namespace import SYSTEM_PATH, SandboxInit, join_cgroup
 from synth_pipelines.sandbox.route import SandboxRoute
-from synth_pipelines.sandbox.storage import SizedFilesystem, can_mount_sized_filesystem
+from synth_pipelines.sandbox.storage import (
+    IMAGE_NAME,
+    SizedFilesystem,
+    can_mount_sized_filesystem,
+)
 
 ROOT_HOME = PurePosixPath("/root")
 INSTALLED_AGENT_DIR = PurePosixPath("/installed-agent")
 TMP_DIR = PurePosixPath("/tmp")
 TRANSFER_TIMEOUT_SEC = 600
 KILLED_BY_SIGKILL = 128 + signal.SIGKILL
+
+logger = logging.getLogger(__name__)
+
+
+@cache
+def _reclaim_orphans_once(sandboxes_dir: Path) -> None:
+    """Reclaim what processes killed outright left under `sandboxes_dir`, the first time
+    this process starts a sandbox there."""
+    for sandbox_dir in reclaim_orphans(sandboxes_dir, detect_hierarchy()):
+        logger.warning(
+            "Reclaimed sandbox %s, left by a process that died without stopping it: its "
+            "cgroup is removed, its files are kept, unmounted.",
+            sandbox_dir,
+        )
 
 
 class BwrapOptions(EnvironmentOptions):
@@ -103,6 +124,7 @@ class BwrapEnvironment(BaseEnvironment):
         self._cgroup: SandboxCgroup | None = None
         self._routes: list[SandboxRoute] = []
         self._storage: SizedFilesystem | None = None
+        self._lease: SandboxLease | None = None
         self._exec_numbers = itertools.count(1)
         super().__init__(*args, **kwargs)
         name = f"{re.sub(r'[^A-Za-z0-9._-]', '_', self.session_id)}-{secrets.token_hex(4)}"
@@ -218,6 +240,7 @@ class BwrapEnvironment(BaseEnvironment):
 
     async def start(self, force_build: bool) -> None:
         self._log_unenforced_requests()
+        await asyncio.to_thread(_reclaim_orphans_once, self.sandbox_dir.parent)
         try:
             await asyncio.to_thread(self._lay_down)
             procs_files = await asyncio.to_thread(self._create_cgroup)
@@ -228,10 +251,11 @@ class BwrapEnvironment(BaseEnvironment):
             raise
 
     def _lay_down(self) -> None:
+        self._lease = SandboxLease.take(self.sandbox_dir)
         storage_mb = self._effective_storage_mb
         if storage_mb and can_mount_sized_filesystem():
             self._storage = SizedFilesystem(
-                self._filesystem.writable_root, self.sandbox_dir / "storage.img", storage_mb
+                self._filesystem.writable_root, self.sandbox_dir / IMAGE_NAME, storage_mb
             )
             self._storage.mount()
         self._filesystem.create()
@@ -301,6 +325,9 @@ class BwrapEnvironment(BaseEnvironment):
             self._storage = None
         if delete:
             await asyncio.to_thread(self._filesystem.remove)
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
 
     async def exec(
         self,

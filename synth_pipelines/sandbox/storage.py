@@ -20,7 +20,7 @@ Why a disk-backed image rather than the alternatives:
 The image is mounted through a loop device that the kernel detaches on unmount.
 Teardown unmounts it; `stop(delete=False)` first copies the files to disk at the same
 path so they stay inspectable. A sandbox whose owner is killed outright stays mounted
-under the work directory until someone unmounts it.
+until another process reclaims it (`leases.py`).
 
 Mounting needs CAP_SYS_ADMIN, loop devices and `mkfs.ext4`. Where that is not
 available, `can_mount_sized_filesystem()` is False and the sandbox logs that
@@ -43,6 +43,8 @@ from synth_pipelines.sandbox.errors import SandboxStorageError
 # crash consistency buys nothing; no reserved blocks: the whole size is the task's.
 MKFS_OPTIONS = ("-q", "-F", "-m", "0", "-O", "^has_journal")
 MOUNT_OPTIONS = "loop,nosuid,nodev"
+IMAGE_NAME = "storage.img"
+"""The image file, in the sandbox directory."""
 PROBE_SIZE_MB = 4
 
 
