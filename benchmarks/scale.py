@@ -53,6 +53,8 @@ from synth_pipelines.control.events import read_events
 from synth_pipelines.control.runs import RunRecord, accept_run, get_run
 from synth_pipelines.control.schema import evidence_calls, evidence_chunks, run_events
 from synth_pipelines.registry.datasets import publish_dataset
+from synth_pipelines.sandbox.leases import reclaim_orphans
+from synth_pipelines.sandbox.limits import detect_hierarchy
 from synth_pipelines.storage.objectstore import open_object_store
 
 SCRIPT = [{"completion": "Done.", "repeat": True, "logprob": -0.5}]
@@ -361,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if platform is not None:
             platform.stop()
+        # Run workers stopped mid-batch leave their sandboxes' filesystems mounted.
+        reclaim_orphans(settings().work_dir / "sandboxes", detect_hierarchy())
         if args.keep:
             print(f"kept {root}")
         else:

@@ -27,7 +27,7 @@ from starlette.exceptions import HTTPException
 
 from proxy import worker_calls
 from proxy.auth import Authenticated, require_role
-from proxy.capture import CaptureSink, report_to_dagster
+from proxy.capture import CaptureSink, DagsterReporter
 from proxy.checkpoint_models import checkpoint_lookup
 from proxy.credentials import load_signing_key
 from proxy.errors import ErrorDetail, ErrorResponse, ErrorType, ProxyError, field_path
@@ -160,11 +160,12 @@ def create_app(config: ProxyConfig) -> FastAPI:
         warming = asyncio.ensure_future(workers.freeze())
         engine = engine_for(config.database_url)
         store = open_object_store(config.objects_url, endpoint_url=config.s3_endpoint_url)
+        reporter = DagsterReporter() if config.report_to_dagster else None
         publisher = EvidencePublisher(
             spool,
             store,
             engine,
-            report=report_to_dagster if config.report_to_dagster else None,
+            report=reporter,
             settle_sec=config.evidence_settle_sec,
         )
         state = ProxyState(
@@ -192,6 +193,8 @@ def create_app(config: ProxyConfig) -> FastAPI:
         finally:
             state.capture.stop()
             workers.shutdown()
+            if reporter is not None:
+                reporter.close()
 
     app = FastAPI(title="synth capture proxy", lifespan=lifespan)
 

@@ -11,38 +11,69 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from typing import TYPE_CHECKING
 
 from synth_pipelines.evidence.publisher import EvidencePublisher, PublishedChunk
 from synth_pipelines.evidence.spool import Spool
 
+if TYPE_CHECKING:
+    from dagster import DagsterInstance
+
 log = logging.getLogger("synth.proxy.capture")
 
 
-def report_to_dagster(chunk: PublishedChunk) -> None:
-    """A runless materialization of `captured_interactions[batch]`, for lineage."""
-    if chunk.batch is None:
-        return
-    import dagster as dg
+class DagsterReporter:
+    """Reports each published chunk as a runless materialization of
+    `captured_interactions[batch]`, for lineage.
 
-    from synth_pipelines.cli.dagster_link import dagster_instance
+    It keeps one Dagster instance for the proxy's life: a new instance per chunk re-read
+    the event storage's migration scripts and re-checked its schema every time (about
+    150 ms of CPU a chunk, on the server process's GIL, so the event loop stalled with it).
+    A batch partition, once seen, is not looked up again: partitions are never removed.
+    """
 
-    instance = dagster_instance()
-    if not instance.has_dynamic_partition("batches", chunk.batch):
-        log.warning("batch partition %s does not exist; not reporting %s", chunk.batch, chunk.key)
-        return
-    instance.report_runless_asset_event(
-        dg.AssetMaterialization(
-            asset_key="captured_interactions",
-            partition=chunk.batch,
-            metadata={
-                "chunk": chunk.key,
-                "sha256": chunk.sha256,
-                "bytes": chunk.size,
-                "calls": chunk.calls,
-                "attempt": chunk.attempt_id,
-            },
+    def __init__(self) -> None:
+        self._instance: DagsterInstance | None = None
+        self._batches: set[str] = set()
+
+    def __call__(self, chunk: PublishedChunk) -> None:
+        if chunk.batch is None:
+            return
+        import dagster as dg
+
+        instance = self._dagster()
+        if chunk.batch not in self._batches:
+            if not instance.has_dynamic_partition("batches", chunk.batch):
+                log.warning(
+                    "batch partition %s does not exist; not reporting %s", chunk.batch, chunk.key
+                )
+                return
+            self._batches.add(chunk.batch)
+        instance.report_runless_asset_event(
+            dg.AssetMaterialization(
+                asset_key="captured_interactions",
+                partition=chunk.batch,
+                metadata={
+                    "chunk": chunk.key,
+                    "sha256": chunk.sha256,
+                    "bytes": chunk.size,
+                    "calls": chunk.calls,
+                    "attempt": chunk.attempt_id,
+                },
+            )
         )
-    )
+
+    def _dagster(self) -> DagsterInstance:
+        if self._instance is None:
+            from synth_pipelines.cli.dagster_link import dagster_instance
+
+            self._instance = dagster_instance()
+        return self._instance
+
+    def close(self) -> None:
+        if self._instance is not None:
+            self._instance.dispose()
+            self._instance = None
 
 
 class CaptureSink:

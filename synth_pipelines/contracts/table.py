@@ -87,4 +87,8 @@ def table_to_parquet(table: pa.Table) -> bytes:
 
 
 def parquet_to_table(data: bytes) -> pa.Table:
-    return pq.read_table(io.BytesIO(data))
+    """Decode on this thread and leave nothing on Arrow's thread pools. `pq.read_table`
+    pre-buffers on an I/O pool thread; when that thread drops the last reference to a
+    Python-owned buffer after the interpreter has begun to finalize, the process aborts
+    ("terminate called without an active exception") after it has done its work."""
+    return pq.ParquetFile(pa.BufferReader(data), pre_buffer=False).read(use_threads=False)
