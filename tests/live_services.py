@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,6 +20,7 @@ from proxy.credentials import load_signing_key, mint_token
 from synth_pipelines.config import settings
 from synth_pipelines.tinker_local.app import create_app as create_model_service
 from synth_pipelines.tinker_local.server import serving
+from tests.conftest import PROJECT_ROOT
 
 MODEL = "synth/qwen3-tiny"
 
@@ -75,6 +79,32 @@ class Proxy:
         )
         response.raise_for_status()
         return response.json()
+
+
+def start_served_proxy(model_url: str, port: int, publish_interval: float) -> subprocess.Popen:
+    """`synth proxy serve --workers 1` as an operator starts it, once its health answers;
+    in a session of its own, so that a test can kill it with its worker."""
+    env = {
+        **os.environ,
+        "SYNTH_PROXY_URL": f"http://127.0.0.1:{port}",
+        "TINKER_BASE_URL": model_url,
+        "SYNTH_PROXY_PUBLISH_INTERVAL_SEC": str(publish_interval),
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "synth_pipelines.cli", "proxy", "serve", "--workers", "1"],
+        cwd=PROJECT_ROOT,
+        env=env,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return process
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    process.kill()
+    raise AssertionError("the proxy did not start")
 
 
 @contextmanager

@@ -2,9 +2,6 @@
 
 import os
 import signal
-import socket
-import subprocess
-import sys
 import time
 from datetime import UTC, datetime
 
@@ -21,38 +18,8 @@ from synth_pipelines.evidence.publisher import EvidencePublisher, chunk_key, chu
 from synth_pipelines.evidence.reader import read_attempt_evidence
 from synth_pipelines.evidence.spool import Spool
 from synth_pipelines.storage.objectstore import open_object_store
-from tests.conftest import PROJECT_ROOT
-from tests.live_services import MODEL, model_service, set_script
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _start_proxy(model_url: str, port: int, publish_interval: float) -> subprocess.Popen:
-    env = {
-        **os.environ,
-        "SYNTH_PROXY_URL": f"http://127.0.0.1:{port}",
-        "TINKER_BASE_URL": model_url,
-        "SYNTH_PROXY_PUBLISH_INTERVAL_SEC": str(publish_interval),
-    }
-    process = subprocess.Popen(
-        [sys.executable, "-m", "synth_pipelines.cli", "proxy", "serve", "--workers", "1"],
-        cwd=PROJECT_ROOT,
-        env=env,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return process
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    process.kill()
-    raise AssertionError("the proxy did not start")
+from tests.live_services import MODEL, model_service, set_script, start_served_proxy
+from tests.production_services import free_port
 
 
 def _counts() -> tuple[int, int]:
@@ -64,10 +31,10 @@ def _counts() -> tuple[int, int]:
 
 @pytest.mark.slow
 def test_kill_between_staging_and_publishing_publishes_every_call_exactly_once(state):
-    port = _free_port()
+    port = free_port()
     with model_service() as model_url:
         set_script(model_url, [{"completion": "noted", "repeat": True}])
-        proxy = _start_proxy(model_url, port, publish_interval=3600)
+        proxy = start_served_proxy(model_url, port, publish_interval=3600)
         from proxy.server import proxy_config
         from tests.live_services import Proxy
 
@@ -84,7 +51,7 @@ def test_kill_between_staging_and_publishing_publishes_every_call_exactly_once(s
         os.killpg(proxy.pid, signal.SIGKILL)
         proxy.wait()
 
-        restarted = _start_proxy(model_url, port, publish_interval=0.2)
+        restarted = start_served_proxy(model_url, port, publish_interval=0.2)
         try:
             deadline = time.monotonic() + 60
             while (

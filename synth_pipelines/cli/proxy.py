@@ -20,6 +20,9 @@ def serve(
     ),
 ) -> None:
     """Serve Anthropic Messages on SYNTH_PROXY_URL until interrupted."""
+    from proxy.libtorch import defer_torch_package
+
+    defer_torch_package()
     from proxy.server import DEFAULT_WORKERS
     from proxy.server import serve as run
 
