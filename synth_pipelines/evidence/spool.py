@@ -163,13 +163,17 @@ class Spool:
         return pa.concat_tables([self._read(call_id) for call_id in call_ids]).combine_chunks()
 
     def staged(self) -> list[StagedCall]:
-        """Every call staged whole; a staged file never changes, so each is read once."""
+        """Every call staged whole; a staged file never changes once whole, so each is read
+        (and checked whole) once."""
         calls = []
-        for call_id in self.staged_call_ids():
+        for path in sorted(self._files()):
+            call_id = path.name.removesuffix(STAGED_SUFFIX)
             known = self._summaries.get(call_id)
             if known is None:
+                if not staged_call.is_complete(path):
+                    continue
                 row = staged_call.completion_columns(
-                    self._staged_path(call_id), ["run_id", "batch", "attempt_id", "created_at"]
+                    path, ["run_id", "batch", "attempt_id", "created_at"]
                 )
                 known = self._summaries[call_id] = StagedCall(call_id=call_id, **row)
             calls.append(known)
