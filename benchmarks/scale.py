@@ -364,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         if platform is not None:
             platform.stop()
         # Run workers stopped mid-batch leave their sandboxes' filesystems mounted.
-        reclaim_orphans(settings().work_dir / "sandboxes", detect_hierarchy())
+        reclaim_orphans(settings().sandboxes_dir, detect_hierarchy())
         if args.keep:
             print(f"kept {root}")
         else:

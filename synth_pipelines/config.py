@@ -82,6 +82,11 @@ class Settings(BaseSettings):
         """Scratch space for trial directories and sandboxes; never authoritative."""
         return self.state_dir / "work"
 
+    @property
+    def sandboxes_dir(self) -> Path:
+        """One directory per local sandbox (`sandbox/bwrap.py`), with its lease."""
+        return self.work_dir / "sandboxes"
+
 
 @lru_cache(maxsize=1)
 def settings() -> Settings:

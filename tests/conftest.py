@@ -10,7 +10,7 @@ import pytest
 from synth_pipelines.cli.command_group import interrupts_by_default
 from synth_pipelines.config import settings
 from synth_pipelines.control.database import engine_for
-from synth_pipelines.sandbox.leases import reclaim_orphans
+from synth_pipelines.sandbox.leases import LEASE_NAME, reclaim_orphans
 from synth_pipelines.sandbox.limits import detect_hierarchy
 
 pytest_plugins = ["tests.production_services"]
@@ -31,7 +31,8 @@ def no_sandbox_outlives_the_session(tmp_path_factory: pytest.TempPathFactory):
     cgroups would otherwise outlive the session (a later sandbox start would reclaim them
     only in the same state directory)."""
     yield
-    for sandboxes in tmp_path_factory.getbasetemp().glob("**/work/sandboxes"):
+    leases = tmp_path_factory.getbasetemp().glob(f"**/{LEASE_NAME}")
+    for sandboxes in {lease.parent.parent for lease in leases}:
         reclaim_orphans(sandboxes, detect_hierarchy())
 
 

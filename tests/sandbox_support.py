@@ -86,7 +86,7 @@ def make_environment(task: Path, trial_dir: Path, **overrides) -> BwrapEnvironme
 
 
 def sandbox_dirs() -> list[Path]:
-    root = settings().work_dir / "sandboxes"
+    root = settings().sandboxes_dir
     return sorted(root.iterdir()) if root.is_dir() else []
 
 

@@ -128,7 +128,7 @@ class BwrapEnvironment(BaseEnvironment):
         self._exec_numbers = itertools.count(1)
         super().__init__(*args, **kwargs)
         name = f"{re.sub(r'[^A-Za-z0-9._-]', '_', self.session_id)}-{secrets.token_hex(4)}"
-        self.sandbox_dir = settings().work_dir / "sandboxes" / name
+        self.sandbox_dir = settings().sandboxes_dir / name
         self._filesystem = SandboxFilesystem(
             self.sandbox_dir, self._writable_tops(), self._host_binds()
         )
