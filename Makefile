@@ -7,9 +7,9 @@ STAMP := $(VENV)/.installed
 CLAUDE_CODE_VERSION := 2.1.328
 CLAUDE := .tools/claude-code/node_modules/.bin/claude
 
-.PHONY: demo test setup system-packages lint down clean
+.PHONY: demo test setup system-packages bytecode lint down clean
 
-setup: system-packages $(STAMP) $(CLAUDE)
+setup: system-packages $(STAMP) $(CLAUDE) bytecode
 
 system-packages:
 	@scripts/install-system-packages.sh
@@ -20,6 +20,12 @@ $(STAMP): pyproject.toml constraints.txt
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(VENV)/bin/python -m pip install --quiet -c constraints.txt -e '.[dev]'
 	@touch $(STAMP)
+
+# The project's own modules, compiled once here: every `synth` process (the proxy, the run
+# workers, each CLI call) would otherwise compile them again at start-up wherever
+# PYTHONDONTWRITEBYTECODE is set. Only changed files are recompiled.
+bytecode: $(STAMP)
+	@$(VENV)/bin/python -m compileall -q proxy synth_pipelines benchmarks >/dev/null
 
 # The real Claude Code CLI (a native binary shipped in the npm package), pinned; never committed.
 $(CLAUDE):

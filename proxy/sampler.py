@@ -11,6 +11,15 @@ from proxy.errors import ProxyError
 from proxy.model_registry import TinkerRoute
 
 
+class PromptIds(list[int]):
+    """A prompt's token ids as the SDK's request carries them.
+
+    pydantic serializes a `Sequence[int]` field (the SDK's token chunk) item by item in
+    Python when its value is a plain list (~1.5 ms for a 12k-token prompt, a tenth of a
+    worker's CPU per call), and hands any other sequence type to the JSON encoder as it is.
+    The request's JSON is the same either way."""
+
+
 @dataclass(frozen=True)
 class Sample:
     tokens: list[int]
@@ -43,7 +52,7 @@ class TinkerSampler:
         try:
             client = await self._client(route)
             response = await client.sample(
-                prompt=tinker.ModelInput.from_ints(prompt_tokens),
+                prompt=tinker.ModelInput.from_ints(PromptIds(prompt_tokens)),
                 num_samples=1,
                 sampling_params=params,
             )

@@ -153,3 +153,14 @@ def test_polling_an_unknown_request_is_gone(service_url: str) -> None:
     )
     assert response.status_code == 410
     assert "unknown request req-unknown" in response.json()["error"]
+
+
+@pytest.mark.parametrize("body", [b'{"request_id": ', b'{"request_id": NaN}'])
+def test_body_that_is_not_strict_json_is_a_bad_request(service_url: str, body: bytes) -> None:
+    response = httpx.post(
+        f"{service_url}/api/v1/retrieve_future",
+        content=body,
+        headers={"X-API-Key": "tml-local-tests", "Content-Type": "application/json"},
+    )
+    assert response.status_code == 400
+    assert "JSON decode error" in response.json()["error"]

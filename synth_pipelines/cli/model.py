@@ -47,4 +47,6 @@ def serve(
         f"{' in scripted mode' if scripted else ''}\n"
         f"  export TINKER_BASE_URL=http://{host}:{port} TINKER_API_KEY=tml-local TINKER_TELEMETRY=0"
     )
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    # No access log: the SDK makes two requests per sample, and a line for each drowns the
+    # service's own messages (and cost it a few percent of its CPU).
+    uvicorn.run(app, host=host, port=port, log_level="info", access_log=False)

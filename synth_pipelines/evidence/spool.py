@@ -150,7 +150,11 @@ class Spool:
 
     def discard_incomplete(self) -> int:
         """Remove calls whose responses never completed; only while no call is being staged."""
-        incomplete = [path for path in self._files() if not staged_call.is_whole(path)]
+        incomplete = [
+            path
+            for path in map(self._staged_path, self._call_ids())
+            if not staged_call.is_whole(path)
+        ]
         for path in incomplete:
             path.unlink()
         return len(incomplete)
@@ -166,10 +170,10 @@ class Spool:
         """Every call staged whole; a staged file never changes once whole, so each is read
         (and checked whole) once."""
         calls = []
-        for path in sorted(self._files()):
-            call_id = path.name.removesuffix(STAGED_SUFFIX)
+        for call_id in self._call_ids():
             known = self._summaries.get(call_id)
             if known is None:
+                path = self._staged_path(call_id)
                 if not staged_call.is_complete(path):
                     continue
                 row = staged_call.completion_columns(
@@ -181,14 +185,20 @@ class Spool:
 
     def staged_call_ids(self) -> list[str]:
         """Calls staged whole (not the ones still being staged)."""
-        return sorted(
-            path.name.removesuffix(STAGED_SUFFIX)
-            for path in self._files()
-            if staged_call.is_complete(path)
-        )
+        return [
+            call_id
+            for call_id in self._call_ids()
+            if staged_call.is_complete(self._staged_path(call_id))
+        ]
 
-    def _files(self) -> list[Path]:
-        return list(self.staged_dir.glob(f"*{STAGED_SUFFIX}"))
+    def _call_ids(self) -> list[str]:
+        """Every staged file's call id, in order; names, not paths, since the publisher lists
+        the spool every pass and sorting paths cost it more than the listing."""
+        return sorted(
+            name.removesuffix(STAGED_SUFFIX)
+            for name in os.listdir(self.staged_dir)
+            if name.endswith(STAGED_SUFFIX)
+        )
 
     def intents(self) -> list[PublishIntent]:
         found = []

@@ -15,6 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from tinker import types
 
 from synth_pipelines.tinker_local.errors import MissingCredentialsError
+from synth_pipelines.tinker_local.json_route import OrjsonRoute
 from synth_pipelines.tinker_local.outcomes import Failure, JsonResult, ProtoResult
 from synth_pipelines.tinker_local.service import ModelService
 from synth_pipelines.tinker_local.wire import parse_forward_backward
@@ -23,11 +24,13 @@ POLL_HOLD_SECONDS = 20.0
 PROTOBUF = "application/x-protobuf"
 
 
-def model_service(request: Request) -> ModelService:
+# Both dependencies are coroutines: FastAPI runs a plain function dependency on a thread
+# pool, a thread hand-off on every request.
+async def model_service(request: Request) -> ModelService:
     return request.app.state.model_service
 
 
-def require_api_key(x_api_key: Annotated[str | None, Header()] = None) -> None:
+async def require_api_key(x_api_key: Annotated[str | None, Header()] = None) -> None:
     if not x_api_key:
         raise MissingCredentialsError(
             "missing X-API-Key header: set TINKER_API_KEY to any key starting with 'tml-'"
@@ -37,7 +40,9 @@ def require_api_key(x_api_key: Annotated[str | None, Header()] = None) -> None:
 Service = Annotated[ModelService, Depends(model_service)]
 IdempotencyKey = Annotated[str | None, Header(alias="X-Idempotency-Key")]
 
-router = APIRouter(prefix="/api/v1", dependencies=[Depends(require_api_key)])
+router = APIRouter(
+    prefix="/api/v1", dependencies=[Depends(require_api_key)], route_class=OrjsonRoute
+)
 health_router = APIRouter(prefix="/api/v1")
 
 

@@ -24,8 +24,9 @@ def prompt_tokens(prompt: types.ModelInput, vocab_size: int) -> tuple[int, ...]:
         tokens.extend(chunk.tokens)
     if not tokens:
         raise UserError("the prompt is empty; give it at least one token")
-    bad = next((token for token in tokens if not 0 <= token < vocab_size), None)
-    if bad is not None:
+    lowest, highest = min(tokens), max(tokens)
+    if lowest < 0 or highest >= vocab_size:
+        bad = lowest if lowest < 0 else highest
         raise UserError(
             f"the prompt holds token id {bad}, outside this model's vocabulary [0, {vocab_size})"
         )
