@@ -13,8 +13,8 @@ from synth_pipelines.config import Settings
 
 DEFAULT_WORKERS = min(8, (os.cpu_count() or 1) + 1)
 """One worker more than cores: a worker waits on the model with the GIL free much of the time.
-On 2 cores, 32 streaming sessions ran at ~97 calls/s with 3 workers, ~81 with 2 and ~87 with 4
-(`benchmarks/proxy.py`)."""
+On 2 cores, 32 streaming sessions ran at 120-136 calls/s with 2, 3 or 4 workers alike, within
+run-to-run noise (`benchmarks/proxy.py`)."""
 
 
 def model_registry(config: Settings) -> ModelRegistry:
