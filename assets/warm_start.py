@@ -36,10 +36,14 @@ def warm_start(
         result = run_warm_start(control.engine(), store, training.service(), spec, progress)
     except DemonstrationError as error:
         raise dg.Failure(description=str(error)) from None
-    curve: dict = {}
+    trained: dict = {}
+    if result.demonstrations is not None:
+        trained = {"demonstrations": result.demonstrations, "datums": result.datums}
+    else:
+        context.log.info(f"run {spec.run_id} already has its checkpoint: nothing to train")
     if result.losses:
         png = loss_curve_png(result.losses, f"{spec.run_id}: warm start loss")
-        curve = {
+        trained |= {
             **curve_metadata(store, f"runs/{spec.run_id}/warm-start-loss.png", png, "loss_curve"),
             "loss_first": dg.MetadataValue.float(result.losses[0]),
             "loss_last": dg.MetadataValue.float(result.losses[-1]),
@@ -50,8 +54,6 @@ def warm_start(
             "state": result.checkpoint.state_path,
             "base_model": result.checkpoint.base_model,
             "optimizer_steps": result.checkpoint.optimizer_steps,
-            "demonstrations": result.demonstrations,
-            "datums": result.datums,
-            **curve,
+            **trained,
         }
     )

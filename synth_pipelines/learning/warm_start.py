@@ -45,8 +45,9 @@ class WarmStartResult:
     checkpoint: Checkpoint
     losses: list[float]
     """Mean cross-entropy per completion token, one per step."""
-    demonstrations: int
-    datums: int
+    demonstrations: int | None
+    """Demonstrations rendered; None when the checkpoint was recorded before (nothing ran)."""
+    datums: int | None
 
 
 def turn_datum(turn: DemonstrationTurn) -> tinker.Datum:
@@ -84,10 +85,10 @@ def warm_start(
     plan = spec.plan
     assert isinstance(plan, WarmStartPlan), f"run {spec.run_id} is not a warm start"
     existing = batch_checkpoint(engine, spec.run_id, 0)
+    if existing is not None:
+        return WarmStartResult(existing, [], None, None)
     binding = bind_policy(engine, spec, 0)
     per_task = demonstration_datums(engine, store, spec, binding.base_model)
-    if existing is not None:
-        return WarmStartResult(existing, [], len(per_task), sum(map(len, per_task)))
     start_batch(engine, spec, 0, attempts=0)
     if binding.trainer_state is None:
         client = service.create_lora_training_client(

@@ -72,41 +72,36 @@ def qwen3_tokenizer_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "tokenizer_files"
 
 
-def qwen3_tiny_config(vocab_size: int) -> Qwen3Config:
-    """Small enough to train and sample on two CPU cores; the vocabulary is Qwen3's own."""
+def _small_qwen3(
+    vocab_size: int, *, hidden_size: int, head_dim: int, tie_word_embeddings: bool
+) -> Qwen3Config:
+    """Four layers, four query and two key/value heads, a feed-forward three times as wide;
+    Qwen3's vocabulary, context and special tokens."""
     return Qwen3Config(
         vocab_size=vocab_size,
-        hidden_size=64,
-        intermediate_size=192,
+        hidden_size=hidden_size,
+        intermediate_size=3 * hidden_size,
         num_hidden_layers=4,
         num_attention_heads=4,
         num_key_value_heads=2,
-        head_dim=16,
+        head_dim=head_dim,
         max_position_embeddings=32768,
-        tie_word_embeddings=True,
+        tie_word_embeddings=tie_word_embeddings,
         bos_token_id=None,
         eos_token_id=151645,
         pad_token_id=151643,
     )
+
+
+def qwen3_tiny_config(vocab_size: int) -> Qwen3Config:
+    """Small enough to train and sample on two CPU cores; the vocabulary is Qwen3's own."""
+    return _small_qwen3(vocab_size, hidden_size=64, head_dim=16, tie_word_embeddings=True)
 
 
 def qwen3_learner_config(vocab_size: int) -> Qwen3Config:
     """Still cheap on two CPU cores (the 151,669-way output dominates the cost either way),
     with head_dim 64 and an output layer of its own; see `_initialise_learner`."""
-    return Qwen3Config(
-        vocab_size=vocab_size,
-        hidden_size=128,
-        intermediate_size=384,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-        max_position_embeddings=32768,
-        tie_word_embeddings=False,
-        bos_token_id=None,
-        eos_token_id=151645,
-        pad_token_id=151643,
-    )
+    return _small_qwen3(vocab_size, hidden_size=128, head_dim=64, tie_word_embeddings=False)
 
 
 def _initialise_learner(network: Qwen3ForCausalLM) -> None:
