@@ -3,7 +3,8 @@
 A sample request carries its whole prompt as a JSON array of token ids; the standard
 library's decoder was about a quarter of the service's CPU per sample. The SDK encodes
 with `allow_nan=False`, so every body it sends is strict JSON, which orjson decodes the
-same way; a body that is not is refused as invalid JSON, as before.
+same way. A body that is not strict JSON is refused as invalid JSON, now including one with
+NaN or Infinity, which the standard library's decoder accepted.
 """
 
 from __future__ import annotations
