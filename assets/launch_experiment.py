@@ -12,6 +12,7 @@ from resources.control_database import ControlDatabase
 from synth_pipelines.config import settings
 from synth_pipelines.control.runs import IdempotencyConflictError
 from synth_pipelines.registry.datasets import DatasetError
+from synth_pipelines.runtime.served_models import ModelNotServedError, served_models
 from synth_pipelines.runtime.submission import Submission, SubmissionError, submit_run
 
 
@@ -43,8 +44,9 @@ def accepted_run(
             project.owner,
             config.idempotency_key,
             base_dir=project.project_root,
+            models=served_models(project),
         )
-    except (SubmissionError, DatasetError, IdempotencyConflictError) as error:
+    except (SubmissionError, DatasetError, IdempotencyConflictError, ModelNotServedError) as error:
         raise dg.Failure(description=str(error), allow_retries=False) from None
     context.instance.add_run_tags(context.run_id, {"synth/run": run.run_id})
     context.log.info(f"{'accepted' if created else 'already accepted'} run {run.run_id}")

@@ -14,6 +14,7 @@ import dagster as dg
 from synth_pipelines.config import settings
 from synth_pipelines.control.checkpoints import newest_checkpoint
 from synth_pipelines.control.database import control_engine
+from synth_pipelines.runtime.served_models import ModelNotServedError, served_models
 from synth_pipelines.runtime.submission import Submission, SubmissionError, submit_run
 
 DEFAULT_PLAN = '{"kind": "eval", "attempts_per_task": 1}'
@@ -44,12 +45,13 @@ def nightly_checkpoint_evaluation(context: dg.ScheduleEvaluationContext):
                 actor=actor,
                 plan=os.environ.get("SYNTH_NIGHTLY_PLAN", DEFAULT_PLAN),
                 model=checkpoint.sampler_path,
-                kind="eval",
+                kinds=("eval",),
             ),
             settings().owner,
             idempotency_key=f"nightly-{night}-{checkpoint.sampler_path}",
+            models=served_models(settings()),
         )
-    except SubmissionError as error:
+    except (SubmissionError, ModelNotServedError) as error:
         return dg.SkipReason(f"cannot evaluate {checkpoint.sampler_path}: {error}")
     state = "accepted" if created else "already accepted"
     return dg.SkipReason(

@@ -19,6 +19,7 @@ from synth_pipelines.contracts.run_spec import batch_key, parse_batch_key
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import RunEvent, read_events
 from synth_pipelines.control.runs import RunRecord, get_run
+from synth_pipelines.runtime.failures import innermost_cause
 from synth_pipelines.runtime.lifecycle import interrupt_run
 
 
@@ -65,7 +66,7 @@ def _resume(context: dg.SensorEvaluationContext, event: RunEvent, run: RunRecord
     """Relaunch the batch from its first step without a materialization of this partition."""
     partition = event.data["batch"]
     _, index = parse_batch_key(partition)
-    order = [asset.key for asset in BATCH_ASSETS[run.kind]]
+    order = BATCH_ASSETS[run.kind]
 
     def materialized(key: dg.AssetKey) -> bool:
         return bool(
@@ -162,6 +163,11 @@ def batch_gate(context: dg.SensorEvaluationContext) -> dg.SensorResult:
 def batch_failure(context: dg.RunFailureSensorContext) -> None:
     run_id = context.dagster_run.tags.get("synth/run")
     if run_id:
+        causes = [
+            innermost_cause(event.step_failure_data.error).as_dict()
+            for event in context.get_step_failure_events()
+            if event.step_failure_data.error is not None
+        ]
         interrupt_run(
             control_engine(),
             run_id,
@@ -170,5 +176,6 @@ def batch_failure(context: dg.RunFailureSensorContext) -> None:
                 "batch": context.dagster_run.tags.get("synth/batch"),
                 "dagster_run_id": context.dagster_run.run_id,
                 "error": context.failure_event.message or "",
+                "cause": causes[0] if causes else None,
             },
         )

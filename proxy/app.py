@@ -23,6 +23,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from pydantic import BaseModel
+from sqlalchemy import Engine
 from starlette.exceptions import HTTPException
 
 from proxy import worker_calls
@@ -53,12 +54,19 @@ from proxy.prefix_cache import CacheScope
 from proxy.request_body import json_body
 from proxy.worker_calls import CallRecord, ErrorResult, Finished, Prepared, WorkerConfig
 from proxy.workers import CallWorkers
+from synth_pipelines.contracts.scoped_token import TokenClaims
 from synth_pipelines.control.database import engine_for
+from synth_pipelines.control.faults import record_fault
 from synth_pipelines.evidence.publisher import EvidencePublisher
 from synth_pipelines.evidence.spool import Spool
 from synth_pipelines.storage.objectstore import open_object_store
 
 PING_INTERVAL_SEC = 10.0
+PLATFORM_FAULTS = frozenset(
+    {"authentication_error", "permission_error", "not_found_error", "api_error", "overloaded_error"}
+)
+"""Refusals that are the platform's, not the harness's: recorded against the attempt, so
+that an agent stopped by them is not counted as having failed its task."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,9 @@ class ProxyConfig:
     chunk holds many turns of a conversation (a flush publishes everything at once)."""
     report_to_dagster: bool = True
     s3_endpoint_url: str | None = None
+    backend_timeout_sec: float = 600.0
+    """A model backend that completes no request for this long fails the calls waiting on
+    it (a harness gives up on a call after about as long)."""
 
 
 @dataclass
@@ -91,6 +102,23 @@ class ProxyState:
     metrics: ProxyMetrics
     generation: asyncio.Semaphore
     counting: asyncio.Semaphore
+    engine: Engine
+
+    async def record_fault(self, claims: TokenClaims | None, error: ProxyError) -> None:
+        """Durably, before the error response goes out: the runtime reads it once the
+        harness has ended, which may be as soon as it has this response."""
+        if claims is None or claims.role == "operator" or error.error_type not in PLATFORM_FAULTS:
+            return
+        await asyncio.to_thread(
+            record_fault,
+            self.engine,
+            run_id=claims.run_id,
+            attempt_id=claims.attempt_id,
+            role=claims.role,
+            status=error.status_code,
+            error_type=error.error_type,
+            message=error.message,
+        )
 
 
 def _error_response(error: ProxyError) -> JSONResponse:
@@ -128,6 +156,7 @@ def _identity(request: Request) -> tuple[str, str | None, str | None, str | None
 
 class FlushRequest(BaseModel):
     attempt_ids: list[str] = []
+    """Only these attempts' calls (an ended attempt's, at once); empty: everything."""
 
 
 class FlushResponse(BaseModel):
@@ -152,6 +181,7 @@ def create_app(config: ProxyConfig) -> FastAPI:
                 spool_dir=spool.root,
                 model_service_url=config.model_service_url,
                 model_service_key=config.model_service_key,
+                backend_timeout_sec=config.backend_timeout_sec,
             ),
             config.workers,
         )
@@ -177,6 +207,7 @@ def create_app(config: ProxyConfig) -> FastAPI:
             metrics=ProxyMetrics(),
             generation=asyncio.Semaphore(config.generation_limit),
             counting=asyncio.Semaphore(config.count_limit),
+            engine=engine,
         )
         try:
             await warming
@@ -202,7 +233,8 @@ def create_app(config: ProxyConfig) -> FastAPI:
         return state_holder["state"]
 
     @app.exception_handler(ProxyError)
-    async def _proxy_error(_request: Request, error: ProxyError) -> JSONResponse:
+    async def _proxy_error(request: Request, error: ProxyError) -> JSONResponse:
+        await get_state().record_fault(getattr(request.state, "claims", None), error)
         return _error_response(error)
 
     @app.exception_handler(RequestValidationError)
@@ -260,10 +292,10 @@ def create_app(config: ProxyConfig) -> FastAPI:
         return JSONResponse(CountTokensResponse(input_tokens=result).model_dump())
 
     @app.post("/internal/evidence/flush", responses=error_responses(400, 401, 403))
-    async def flush(_body: FlushRequest, who: Authenticated) -> FlushResponse:
+    async def flush(body: FlushRequest, who: Authenticated) -> FlushResponse:
         require_role(who, "operator")
         state = get_state()
-        chunks = await state.capture.flush()
+        chunks = await state.capture.flush(frozenset(body.attempt_ids) or None)
         return FlushResponse(
             published_chunks=len(chunks),
             published_calls=sum(chunk.calls for chunk in chunks),
@@ -319,7 +351,7 @@ def create_app(config: ProxyConfig) -> FastAPI:
             sampling_seed=claims.sampling_seed,
             received=received,
         )
-        call = _Call(state, worker, call_id, prepared, entry.backend, record)
+        call = _Call(state, worker, call_id, prepared, entry.backend, record, claims)
         if prepared.stream:
             return StreamingResponse(
                 call.stream(), media_type="text/event-stream", headers={"cache-control": "no-cache"}
@@ -339,6 +371,7 @@ class _Call:
     prepared: Prepared
     route: TinkerRoute
     record: CallRecord
+    claims: TokenClaims
 
     async def complete(self) -> Message:
         state, metrics = self.state, self.state.metrics
@@ -385,6 +418,7 @@ class _Call:
             message = work.result()
         except ProxyError as error:
             self.state.metrics.requests.labels("messages", error.error_type).inc()
+            await self.state.record_fault(self.claims, error)
             yield sse_frame(error.response())
             return
         finally:

@@ -49,9 +49,12 @@ async def caller(request: Request) -> Caller:
             "mint one with `synth proxy token`",
         )
     try:
-        return Caller(verify_token(request.app.state.proxy.signing_key, token))
+        claims = verify_token(request.app.state.proxy.signing_key, token)
     except TokenInvalidError as error:
         raise ProxyError("authentication_error", str(error)) from None
+    # Kept on the request so that a refusal further on can be recorded against the attempt.
+    request.state.claims = claims
+    return Caller(claims)
 
 
 def require_role(who: Caller, role: str) -> None:

@@ -91,8 +91,10 @@ class CaptureSink:
     def start(self) -> None:
         self._thread.start()
 
-    def _publish_once(self, everything: bool = False) -> list[PublishedChunk]:
-        chunks = self.publisher.publish_pending(everything)
+    def _publish_once(
+        self, everything: bool = False, attempts: frozenset[str] | None = None
+    ) -> list[PublishedChunk]:
+        chunks = self.publisher.publish_pending(everything, attempts)
         self.published_chunks += len(chunks)
         self.published_calls += sum(chunk.calls for chunk in chunks)
         return chunks
@@ -107,9 +109,10 @@ class CaptureSink:
                 self.failures += 1
                 log.exception("publishing evidence failed; staged calls stay in the spool")
 
-    async def flush(self) -> list[PublishedChunk]:
-        """Publish everything staged now (the caller waits; agents never do)."""
-        return await asyncio.to_thread(self._publish_once, True)
+    async def flush(self, attempts: frozenset[str] | None = None) -> list[PublishedChunk]:
+        """Publish what is staged now, everything or only these attempts' calls (the caller
+        waits; agents never do)."""
+        return await asyncio.to_thread(self._publish_once, True, attempts)
 
     def stop(self) -> None:
         self._stopping.set()

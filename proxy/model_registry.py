@@ -60,6 +60,9 @@ class ModelEntry(_Frozen):
     backend: BackendRoute
     trainable: bool
     display_name: str = ""
+    checkpoint_base: str | None = None
+    """For a checkpoint served as a model: the base model it was trained from, which the
+    model service must serve."""
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelEntry:
@@ -83,12 +86,24 @@ class ModelEntry(_Frozen):
     def adapter(self) -> ModelAdapter:
         return adapter_for(self.family)
 
+    @property
+    def service_base_model(self) -> str | None:
+        """The base model a tinker route samples (a checkpoint's own base); None for other
+        routes."""
+        if not isinstance(self.backend, TinkerRoute):
+            return None
+        return self.checkpoint_base or self.backend.base_model
+
     def model_info(self) -> ModelInfo:
         return ModelInfo(
             id=self.id,
             display_name=self.display_name or self.id,
             max_input_tokens=self.context_window,
             max_tokens=self.max_output_tokens,
+            family=self.family,
+            route=self.backend.kind,
+            base_model=self.service_base_model,
+            trainable=self.trainable,
         )
 
 
@@ -102,6 +117,12 @@ class ModelInfo(BaseModel):
     lifecycle: Literal["active"] = "active"
     max_input_tokens: int
     max_tokens: int
+    # Beyond Anthropic's fields (its clients ignore them): what serves the model, and
+    # whether the platform can train it.
+    family: str
+    route: str
+    base_model: str | None
+    trainable: bool
 
 
 class ModelList(BaseModel):
@@ -219,6 +240,7 @@ class ModelRegistry:
                     "id": model_id,
                     "backend": TinkerRoute(model_path=model_id),
                     "display_name": f"checkpoint of {base.id}",
+                    "checkpoint_base": base.service_base_model,
                 }
             )
         if entry is None:

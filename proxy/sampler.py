@@ -29,20 +29,31 @@ class Sample:
 
 
 class TinkerSampler:
-    """One ServiceClient; one SamplingClient per route, created on first use."""
+    """One ServiceClient; one SamplingClient per route, created on first use.
 
-    def __init__(self, base_url: str | None, api_key: str | None):
+    A call the backend has not answered within `timeout_sec` fails: the SDK keeps retrying
+    an unreachable backend for minutes, and nothing should wait on the model longer than a
+    harness waits for its answer.
+    """
+
+    def __init__(self, base_url: str | None, api_key: str | None, timeout_sec: float):
         self._service = tinker.ServiceClient(base_url=base_url, api_key=api_key)
         self._clients: dict[TinkerRoute, tinker.SamplingClient] = {}
         self._lock = asyncio.Lock()
+        self._timeout_sec = timeout_sec
 
     async def _client(self, route: TinkerRoute) -> tinker.SamplingClient:
         async with self._lock:
             client = self._clients.get(route)
             if client is None:
-                client = await self._service.create_sampling_client(
-                    base_model=route.base_model, model_path=route.model_path
+                # The SDK opens its session with the backend on first use, synchronously,
+                # retrying an unreachable backend for minutes: not on this event loop.
+                creating = await asyncio.to_thread(
+                    self._service.create_sampling_client,
+                    base_model=route.base_model,
+                    model_path=route.model_path,
                 )
+                client = await creating
                 self._clients[route] = client
             return client
 
@@ -50,12 +61,17 @@ class TinkerSampler:
         self, route: TinkerRoute, prompt_tokens: list[int], params: tinker.SamplingParams
     ) -> Sample:
         try:
-            client = await self._client(route)
-            response = await client.sample(
-                prompt=tinker.ModelInput.from_ints(PromptIds(prompt_tokens)),
-                num_samples=1,
-                sampling_params=params,
-            )
+            async with asyncio.timeout(self._timeout_sec):
+                client = await self._client(route)
+                response = await client.sample(
+                    prompt=tinker.ModelInput.from_ints(PromptIds(prompt_tokens)),
+                    num_samples=1,
+                    sampling_params=params,
+                )
+        except TimeoutError:
+            raise ProxyError(
+                "api_error", f"the model backend did not answer within {self._timeout_sec:g} s"
+            ) from None
         except tinker.RequestFailedError as error:
             raise ProxyError(
                 "api_error", f"the model backend refused the request: {error}"

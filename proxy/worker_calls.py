@@ -97,6 +97,7 @@ class WorkerConfig:
     spool_dir: Path
     model_service_url: str | None
     model_service_key: str | None
+    backend_timeout_sec: float
     cache_sessions: int = 256
     cache_tokens: int = 8_000_000
 
@@ -136,7 +137,9 @@ def init_worker(config: WorkerConfig) -> None:
         ),
         cache=PrefixCache(max_sessions=config.cache_sessions, max_tokens=config.cache_tokens),
         spool=Spool(config.spool_dir),
-        sampler=TinkerSampler(config.model_service_url, config.model_service_key),
+        sampler=TinkerSampler(
+            config.model_service_url, config.model_service_key, config.backend_timeout_sec
+        ),
     )
 
 

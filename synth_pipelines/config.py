@@ -44,13 +44,30 @@ class Settings(BaseSettings):
     )
     proxy_url: str = "http://127.0.0.1:8200"
     model_service_url: str = "http://127.0.0.1:8100"
+    tinker_base_url: str | None = Field(
+        default=None,
+        validation_alias="TINKER_BASE_URL",
+        description="The Tinker service to sample and train through, in place of the embedded "
+        "model service (the tinker SDK's own variable).",
+    )
+    tinker_api_key: str = Field(
+        default="tml-synth-local",
+        validation_alias="TINKER_API_KEY",
+        description="The key the tinker SDK presents (any 'tml-' key for the embedded service).",
+    )
     base_model: str = Field(
         default="synth/qwen3-tiny",
-        description="The base model the embedded model service serves (`synth up`).",
+        description="The base model the embedded model service loads at start (`synth up`); "
+        "it serves every seeded model either way.",
     )
     model_registry: Path | None = None
     proxy_publish_interval_sec: float = 1.0
     owner: str = "local"
+
+    @property
+    def model_backend_url(self) -> str:
+        """Where sampling and training go: Tinker when configured, else the model service."""
+        return self.tinker_base_url or self.model_service_url
 
     @property
     def state_dir(self) -> Path:

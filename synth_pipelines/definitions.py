@@ -2,18 +2,15 @@
 
 import dagster as dg
 
-from assets.assessments import assessments
+from assets.batch import batch
 from assets.captured_interactions import captured_interactions
-from assets.checks import datum_alignment, evidence_integrity
 from assets.dataset_tasks import dataset_tasks
 from assets.jobs import BATCH_JOBS, pin_run_spec, warm_start_job
 from assets.launch_experiment import launch_experiment
-from assets.learning import checkpoints, datums, policy_update, qualified_groups
 from assets.policy import policy
 from assets.run_spec import run_spec
 from assets.schedules import nightly_checkpoint_evaluation
 from assets.sensors import batch_failure, batch_gate
-from assets.trials import trials
 from assets.warm_start import warm_start
 from resources.control_database import ControlDatabase
 from resources.object_store import ObjectStoreResource
@@ -28,16 +25,10 @@ defs = dg.Definitions(
         dataset_tasks,
         run_spec,
         policy,
-        trials,
+        batch,
         captured_interactions,
-        assessments,
-        qualified_groups,
-        datums,
-        policy_update,
-        checkpoints,
         warm_start,
     ],
-    asset_checks=[evidence_integrity, datum_alignment],
     jobs=[launch_experiment, pin_run_spec, warm_start_job, *BATCH_JOBS.values()],
     sensors=[batch_gate, batch_failure],
     schedules=[nightly_checkpoint_evaluation],

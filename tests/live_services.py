@@ -108,7 +108,9 @@ def start_served_proxy(model_url: str, port: int, publish_interval: float) -> su
 
 
 @contextmanager
-def capture_proxy(model_url: str, *, workers: int = 1) -> Iterator[Proxy]:
+def capture_proxy(
+    model_url: str, *, workers: int = 1, backend_timeout_sec: float = 600.0
+) -> Iterator[Proxy]:
     config = settings()
     proxy_config = ProxyConfig(
         state_dir=config.state_dir,
@@ -120,6 +122,7 @@ def capture_proxy(model_url: str, *, workers: int = 1) -> Iterator[Proxy]:
         workers=workers,
         report_to_dagster=False,
         publish_interval_sec=0.2,
+        backend_timeout_sec=backend_timeout_sec,
     )
     with serving(create_app(proxy_config)) as url:
         yield Proxy(url, proxy_config)

@@ -147,16 +147,18 @@ def test_only_the_owner_samples_reads_and_trains_from_a_checkpoint(state, tmp_pa
         sampler,
         "--json",
     )
-    runs_before = {r.run_id for r in list_runs(engine, limit=1000)}
-    _refused(_synth("alice", *start), f"--model: checkpoint {sampler}")
-    assert {r.run_id for r in list_runs(engine, limit=1000)} == runs_before
-    unknown = f"{sampler}-never-recorded"
-    not_recorded = _synth("bob", *start[:-2], unknown, "--json")
-    assert not_recorded.returncode == 2
-    assert f"model {unknown} is not a known checkpoint" in not_recorded.stderr
-    assert {r.run_id for r in list_runs(engine, limit=1000)} == runs_before
+    # Accepting a run asks the proxy and the model service whether its model is served.
+    with platform(monkeypatch):
+        runs_before = {r.run_id for r in list_runs(engine, limit=1000)}
+        _refused(_synth("alice", *start), f"--model: checkpoint {sampler}")
+        assert {r.run_id for r in list_runs(engine, limit=1000)} == runs_before
+        unknown = f"{sampler}-never-recorded"
+        not_recorded = _synth("bob", *start[:-2], unknown, "--json")
+        assert not_recorded.returncode == 2
+        assert f"model {unknown} is not a known checkpoint" in not_recorded.stderr
+        assert {r.run_id for r in list_runs(engine, limit=1000)} == runs_before
 
-    continued = _synth("bob", *start)
-    assert continued.returncode == 0, continued.stderr
+        continued = _synth("bob", *start)
+        assert continued.returncode == 0, continued.stderr
     accepted = json.loads(continued.stdout)
     assert (accepted["owner"], accepted["model"], accepted["created"]) == ("bob", sampler, True)

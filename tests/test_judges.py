@@ -101,7 +101,7 @@ def _regrade(run, judge_document: dict | None, regrade_id: str) -> dg.ExecuteInP
         partition_key=batch_key(run.run_id, 0),
         instance=dg.DagsterInstance.get(),
         asset_selection=[dg.AssetKey("assessments")],
-        run_config={"ops": {"assessments": {"config": config}}},
+        run_config={"ops": {"batch": {"config": config}}},
     )
 
 

@@ -27,6 +27,7 @@ def _workers(tmp_path: Path, processes: int) -> CallWorkers:
         spool_dir=tmp_path / "spool",
         model_service_url="http://127.0.0.1:9",
         model_service_key="tml-unused",
+        backend_timeout_sec=5.0,
     )
     return CallWorkers(config, processes)
 

@@ -2,7 +2,7 @@
 
 Every attempt of batch k samples through S_k (the base model, then the checkpoint of
 batch k-1); each update is exactly one optimizer step on top of the previous state; the
-importance ratio at each batch's forward_backward is 1 (on policy)."""
+sampler/trainer agreement at each batch's first forward_backward is exact (on policy)."""
 
 import json
 
@@ -73,7 +73,32 @@ def test_three_batch_training_run_keeps_the_policy_boundary(state, tmp_path, mon
         assert {r.attempt_id for r in rows} == {s.attempt_id for s in standings}
         update = find_update(engine, run.run_id, key)
         assert update.status == "acknowledged" and update.datums == len(rows)
-        assert update.metrics["max_ratio_deviation"] < 1e-3
+        # On policy: the trainer scores the sampled tokens as the sampler did.
+        assert abs(update.metrics["kl_sample_train_v1"]) < 1e-4
+        assert update.metrics["kl_sample_train_v2"] < 1e-6
         assert update.metrics["optimizer_step"] is True
     early_failure = [e for e in early.all_events if e.is_failure]
     assert "not committed yet" in json.dumps([str(e.event_specific_data) for e in early_failure])
+    _run_show_gives_every_batch_its_learning_numbers(run.run_id, expected_samplers)
+
+
+def _run_show_gives_every_batch_its_learning_numbers(run_id: str, samplers: list[str]) -> None:
+    from typer.testing import CliRunner
+
+    from synth_pipelines.cli.main import app
+
+    result = CliRunner().invoke(app, ["run", "show", run_id, "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    learning = document["learning"]
+    assert [row["sampler"] for row in learning] == samplers
+    assert document["learning_warnings"] == []
+    for row in learning:
+        assert row["optimizer_step"] is True and row["no_step_reason"] is None
+        assert (row["attempts"], row["groups"], row["groups_used"]) == (4, 2, 2)
+        assert row["frac_mixed"] == 1.0 and row["reward_mean"] == 0.5
+        assert row["learning_rate"] == PLAN["learning_rate"]
+        assert row["loss"] is not None and row["grad_norm"] > 0
+        assert row["turns_per_attempt"] >= 1 and row["action_tokens_per_turn"] > 0
+    text = CliRunner().invoke(app, ["run", "show", run_id])
+    assert "learning per batch" in text.stdout

@@ -4,6 +4,7 @@ as `synth agent run` (loaded with `AgentConfig(import_path=...)`)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from harbor.agents.installed.base import NonZeroAgentExitCodeError
 from harbor.environments.base import BaseEnvironment
 from harbor.models.agent.context import AgentContext
 
+from synth_pipelines.agents.model_route import check_model_route
 from synth_pipelines.agents.session import AttemptIdentity, run_profile
 from synth_pipelines.contracts.profile import PinnedProfile
 
@@ -57,6 +59,7 @@ class ProfileAgent(BaseAgent):
         # Harbor gives each trial (each execution of the attempt) its own id; calls carry
         # it, so a re-executed attempt's evidence never mixes with an earlier execution's.
         identity = replace(self.identity, trial_id=str(self.context_id or ""))
+        started = datetime.now(UTC)
         outcome = await run_profile(
             environment,
             self.pinned,
@@ -74,6 +77,9 @@ class ProfileAgent(BaseAgent):
             "exit_code": result.exit_code,
             "missing_outputs": list(result.missing_outputs),
         }
+        await check_model_route(
+            identity.run_id, identity.attempt_id, identity.role, started, result.exit_code
+        )
         if result.exit_code != 0:
             raise NonZeroAgentExitCodeError(
                 f"{outcome.launch.engine} exited with {result.exit_code}; see "

@@ -68,9 +68,11 @@ class ResultSummary(Document):
     attempts: int
     assessed: int
     passed: int
-    invalid: int
+    platform_errors: int
+    task_errors: int
     pass_rate: float | None
     mean_reward: float | None
+    error_reasons: dict[str, int]
 
 
 class TaskResultDocument(Document):
@@ -82,9 +84,64 @@ class TaskResultDocument(Document):
     failures: list[str]
 
 
+class FailureCauseDocument(Document):
+    error_type: str
+    message: str
+    attempt: str | None
+
+
+class StopDocument(Document):
+    event: str
+    batch: str | None
+    cause: FailureCauseDocument | None
+
+
+class BatchLearningDocument(Document):
+    """One training batch: what sampling gave learning and what the optimizer step did.
+
+    The group shares and per-turn token counts are tinker-cookbook's `by_group/frac_*`,
+    `ac_tokens_per_turn`, `ob_tokens_per_turn` and `turns_per_episode`; the sampler/trainer
+    agreement is its `kl_sample_train_v1`/`_v2`, measured at the batch's first
+    forward_backward. Step fields are null for a batch that applied no step."""
+
+    batch: str
+    batch_index: int
+    status: str
+    sampler: str
+    attempts: int
+    assessed: int
+    reward_mean: float
+    reward_std: float
+    groups: int
+    groups_used: int
+    groups_dropped: dict[str, int]
+    attempts_excluded: dict[str, int]
+    frac_mixed: float
+    frac_all_good: float
+    frac_all_bad: float
+    datums: int
+    action_tokens_per_turn: float
+    observation_tokens_per_turn: float
+    turns_per_attempt: float
+    optimizer_step: bool
+    no_step_reason: str | None
+    learning_rate: float | None
+    loss: float | None
+    grad_norm: float | None
+    entropy: float | None
+    kl_sample_train_v1: float | None
+    kl_sample_train_v2: float | None
+    sampling_sec: float | None
+    forward_backward_sec: float | None
+    optim_step_sec: float | None
+
+
 class RunResultsDocument(RunSummary):
     summary: ResultSummary
+    stopped_by: StopDocument | None
     batches_done: int
+    learning: list[BatchLearningDocument]
+    learning_warnings: list[str]
     tasks: list[TaskResultDocument]
     trial_records: str
 
@@ -207,6 +264,8 @@ class ServiceStarted(Document):
     started: bool
     address: str
     log: str
+    models: list[str] | None
+    """What the model service serves (None for the other services)."""
 
 
 class ServiceStopped(Document):
@@ -227,6 +286,8 @@ class ComparedRun(Document):
     attempts: int
     assessed: int
     passed: int
+    platform_errors: int
+    task_errors: int
     pass_at_1: float | None
     wilson_95: tuple[float, float] | None
 

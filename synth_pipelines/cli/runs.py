@@ -10,6 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from sqlalchemy import Engine
 
+from synth_pipelines.cli.batch_learning import learning_rows, learning_table, learning_warnings
 from synth_pipelines.cli.json_documents import validated
 from synth_pipelines.cli.output import (
     EXIT_RUN_FAILED,
@@ -18,6 +19,7 @@ from synth_pipelines.cli.output import (
     console,
     emit,
     errors,
+    fail,
     user_errors,
 )
 from synth_pipelines.config import settings
@@ -33,8 +35,12 @@ from synth_pipelines.control.runs import (
 )
 from synth_pipelines.registry.datasets import DatasetError
 from synth_pipelines.runtime.results import RunResults, collect_results
+from synth_pipelines.runtime.served_models import ModelNotServedError, served_models
 from synth_pipelines.runtime.submission import Submission, submit_run
 from synth_pipelines.storage.objectstore import open_object_store
+
+DEFAULT_MAX_PLATFORM_ERRORS = 0.02
+"""A comparison is refused above this share of attempts the platform failed."""
 
 run_app = typer.Typer(help="Submit experiments and inspect their runs.", no_args_is_help=True)
 
@@ -101,8 +107,15 @@ def start(
 def start_run(
     submission: Submission, idempotency_key: str | None, *, wait: bool, as_json: bool
 ) -> None:
-    with user_errors(DatasetError, IdempotencyConflictError):
-        run, created = submit_run(control_engine(), submission, settings().owner, idempotency_key)
+    config = settings()
+    with user_errors(DatasetError, IdempotencyConflictError, ModelNotServedError):
+        run, created = submit_run(
+            control_engine(),
+            submission,
+            config.owner,
+            idempotency_key,
+            models=served_models(config),
+        )
     if wait:
         run = follow_run(run.run_id, quiet=as_json)
         show_results(run, as_json)
@@ -170,10 +183,36 @@ def _results_table(results: RunResults) -> Table:
     return table
 
 
+def stop_cause(engine: Engine, run: RunRecord) -> dict | None:
+    """What stopped an interrupted or failed run: its last stop event's data."""
+    if run.status not in ("interrupted", "failed"):
+        return None
+    stops = read_events(
+        engine, run_id=run.run_id, kinds=("run.interrupted", "run.failed"), limit=100_000
+    )
+    if not stops:
+        return None
+    data = stops[-1].data
+    return {"event": stops[-1].kind, "batch": data.get("batch"), "cause": data.get("cause")}
+
+
+def describe_stop(stop: dict) -> str:
+    cause = stop.get("cause")
+    where = f" in batch {stop['batch']}" if stop.get("batch") else ""
+    if not cause:
+        return f"{stop['event']}{where}"
+    attempt = f" ({cause['attempt']})" if cause.get("attempt") else ""
+    return f"{stop['event']}{where}: {cause['error_type']}: {cause['message']}{attempt}"
+
+
 def show_results(run: RunRecord, as_json: bool) -> None:
     store = _store()
-    results = collect_results(control_engine(), store, run)
+    engine = control_engine()
+    results = collect_results(engine, store, run)
     summary = results.summary
+    stop = stop_cause(engine, run)
+    learning = learning_rows(engine, run.run_id) if run.kind == "train" else []
+    warnings = learning_warnings(learning)
 
     def render() -> None:
         console.print(
@@ -181,12 +220,30 @@ def show_results(run: RunRecord, as_json: bool) -> None:
             f"with {run.spec.actor.name}@{run.spec.actor.version} "
             f"({results.batches_done}/{run.batch_count} batches)"
         )
+        if stop is not None:
+            errors.print(describe_stop(stop), highlight=False, soft_wrap=True)
         console.print(_results_table(results))
         rate = "-" if summary.pass_rate is None else f"{summary.pass_rate:.1%}"
         console.print(
             f"attempts {summary.attempts}, assessed {summary.assessed}, passed {summary.passed}, "
-            f"pass rate {rate}"
+            f"pass rate {rate}; not assessed: {summary.platform_errors} platform error(s), "
+            f"{summary.task_errors} task error(s)"
         )
+        for reason, count in summary.error_reasons.items():
+            console.print(f"  {count} x {reason}", highlight=False, soft_wrap=True)
+        if summary.platform_errors:
+            errors.print(
+                f"warning: {summary.platform_errors} of {summary.attempts} attempts failed on the "
+                "platform and are not counted in pass@1 or mean reward",
+                soft_wrap=True,
+            )
+        if learning:
+            console.print(learning_table(learning))
+            samplers = {row["batch_index"]: row["sampler"] for row in learning}
+            for index, sampler in samplers.items():
+                console.print(f"  batch {index} sampled from {sampler}", highlight=False)
+        for warning in warnings:
+            errors.print(f"warning: {warning}", soft_wrap=True, highlight=False)
         console.print(f"trial records: {store.uri(f'runs/{run.run_id}/trials')}")
         console.print(f"Dagster UI: {dagster_runs_url(run.run_id)}")
 
@@ -195,7 +252,10 @@ def show_results(run: RunRecord, as_json: bool) -> None:
         {
             **_run_summary(run),
             "summary": summary.as_dict(),
+            "stopped_by": stop,
             "batches_done": results.batches_done,
+            "learning": learning,
+            "learning_warnings": warnings,
             "tasks": [task.as_dict() for task in results.tasks],
             "trial_records": store.uri(f"runs/{run.run_id}/trials"),
         },
@@ -355,9 +415,17 @@ def events(
 def compare(
     baseline: str = typer.Argument(..., help="The run to compare against."),
     candidate: str = typer.Argument(..., help="The run that should be better."),
+    max_platform_errors: float = typer.Option(
+        DEFAULT_MAX_PLATFORM_ERRORS,
+        "--max-platform-errors",
+        min=0.0,
+        max=1.0,
+        help="Refuse to compare a run whose share of attempts the platform failed is above this.",
+    ),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """pass@1 of two runs with 95% Wilson intervals, and Fisher's exact test."""
+    """pass@1 of two runs with 95% Wilson intervals, and Fisher's exact test. Attempts that
+    were not assessed (platform or task errors) are excluded and counted."""
     from synth_pipelines.runtime.comparison import Proportion, fisher_exact
 
     engine = control_engine()
@@ -372,15 +440,27 @@ def compare(
                 "run_id": run.run_id,
                 "status": run.status,
                 "dataset": run.spec.dataset.ref,
-                "model": run.spec.model or run.spec.actor.profile().model,
+                "model": run.spec.actor_model,
                 "attempts": summary.attempts,
                 "assessed": summary.assessed,
                 "passed": summary.passed,
+                "platform_errors": summary.platform_errors,
+                "task_errors": summary.task_errors,
                 "pass_at_1": proportion.rate,
                 "wilson_95": proportion.wilson(),
                 "proportion": proportion,
             }
         )
+    for row in rows:
+        share = row["platform_errors"] / row["attempts"] if row["attempts"] else 0.0
+        if share > max_platform_errors:
+            fail(
+                f"run {row['run_id']} has {row['platform_errors']} platform error(s) in "
+                f"{row['attempts']} attempts ({share:.1%}), above --max-platform-errors "
+                f"{max_platform_errors:.1%}: its pass@1 measures the platform, not the model "
+                "(`synth run show` says why); pass --max-platform-errors 1 to compare anyway",
+                code=EXIT_RUN_FAILED,
+            )
     test = fisher_exact(rows[0].pop("proportion"), rows[1].pop("proportion"))
     notes = [
         f"{row['run_id']} is {row['status']}: its numbers are partial"
@@ -400,7 +480,9 @@ def compare(
     }
 
     def render() -> None:
-        table = Table("", "run", "passed/assessed", "pass@1", "95% CI (Wilson)")
+        table = Table(
+            "", "run", "passed/assessed", "pass@1", "95% CI (Wilson)", "excluded (platform/task)"
+        )
         for label, row in zip(("baseline", "candidate"), rows, strict=True):
             interval = row["wilson_95"]
             table.add_row(
@@ -409,6 +491,7 @@ def compare(
                 f"{row['passed']}/{row['assessed']}",
                 "-" if row["pass_at_1"] is None else f"{row['pass_at_1']:.1%}",
                 "-" if interval is None else f"{interval[0]:.1%} - {interval[1]:.1%}",
+                f"{row['platform_errors']}/{row['task_errors']}",
             )
         console.print(table)
         for label, row in zip(("baseline", "candidate"), rows, strict=True):

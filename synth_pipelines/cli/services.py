@@ -7,7 +7,8 @@ from rich.table import Table
 
 from synth_pipelines.cli.output import JSON_OPTION, console, emit, fail
 from synth_pipelines.config import settings
-from synth_pipelines.services.embedded import embedded_services
+from synth_pipelines.runtime.served_models import model_service_capabilities
+from synth_pipelines.services.embedded import MODEL_SERVICE, embedded_services
 from synth_pipelines.services.supervisor import ServiceStartError, log_file, start, stop
 
 services_app = typer.Typer()
@@ -41,6 +42,9 @@ def up(as_json: bool = JSON_OPTION) -> None:
                 "started": started,
                 "address": service.address,
                 "log": str(log_file(config.state_dir, service.name)),
+                "models": list(model_service_capabilities(service.address, config.tinker_api_key))
+                if service.name == MODEL_SERVICE
+                else None,
             }
         )
 
@@ -50,6 +54,9 @@ def up(as_json: bool = JSON_OPTION) -> None:
             state = "started" if row["started"] else "already running"
             table.add_row(row["service"], state, row["address"], row["log"])
         console.print(table)
+        for row in rows:
+            if row["models"] is not None:
+                console.print(f"the model service serves {', '.join(row['models'])}")
 
     emit("up", rows, as_json, render)
 

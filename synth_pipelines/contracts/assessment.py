@@ -20,6 +20,9 @@ class Assessment(TableRow):
     reward: float | None
     rewards_json: str | None
     valid: bool
+    error_class: str | None
+    """Why an invalid assessment is not an outcome: 'platform' (the platform failed the
+    attempt) or 'task' (its task or verifier produced no reward)."""
     reason: str | None
     rationale: str | None
     assessed_at: datetime

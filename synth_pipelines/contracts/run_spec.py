@@ -38,6 +38,11 @@ class RunRequest(BaseModel):
     plan: Plan
     model: str | None = None
 
+    @property
+    def actor_model(self) -> str | None:
+        """The model the actor is bound to: the run's `--model`, else its profile's."""
+        return self.model or self.actor.profile().model
+
     def digest(self) -> str:
         request = self.model_dump(mode="json", include=set(RunRequest.model_fields))
         return "sha256:" + hashlib.sha256(rfc8785.dumps(request)).hexdigest()

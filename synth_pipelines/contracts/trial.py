@@ -23,9 +23,12 @@ class TrialOutcome(TableRow):
     status: str
     rewards_json: str | None
     rationale: str | None
-    reward_valid: bool
     exception_type: str | None
     exception_message: str | None
+    error_class: str | None
+    """None: the attempt is assessed (or, unscored, completed); 'platform' or 'task': it is
+    not, for `error_reason` (`runtime/outcome_classes.py`)."""
+    error_reason: str | None
     trial_key: str
     trial_sha256: str
     artifacts_digest: str | None

@@ -64,6 +64,17 @@ def find_update(engine: Engine, run_id: str, batch: str) -> PolicyUpdate | None:
     return _update(row) if row else None
 
 
+def run_updates(engine: Engine, run_id: str) -> list[PolicyUpdate]:
+    """Every update of the run, in batch order."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(policy_updates)
+            .where(policy_updates.c.run_id == run_id)
+            .order_by(policy_updates.c.batch_index)
+        ).all()
+    return [_update(row) for row in rows]
+
+
 def unresolved_updates(engine: Engine, run_id: str) -> list[PolicyUpdate]:
     with engine.connect() as conn:
         rows = conn.execute(
@@ -144,9 +155,16 @@ def acknowledge(engine: Engine, run_id: str, batch: str, state_path: str, metric
 
 
 def record_without_step(
-    engine: Engine, run_id: str, batch: str, index: int, state_path: str
+    engine: Engine,
+    run_id: str,
+    batch: str,
+    index: int,
+    state_path: str,
+    reason: str,
+    metrics: dict,
 ) -> None:
-    """A batch with no eligible learning contributions: no optimizer step is enqueued."""
+    """A batch with no eligible learning contributions: no optimizer step is enqueued, and
+    the run says so (`batch.no_signal`): for a recipe, that is a failure to report."""
     now = datetime.now(UTC)
     with engine.begin() as conn:
         conn.execute(
@@ -157,13 +175,15 @@ def record_without_step(
                 status="acknowledged",
                 datums=0,
                 state_path=state_path,
-                metrics_json=json.dumps({"optimizer_step": False}),
+                metrics_json=json.dumps(metrics, sort_keys=True),
                 marked_at=now,
                 resolved_at=now,
-                resolution="no eligible learning contributions",
+                resolution=reason,
             )
         )
-        append_event(conn, run_id, "update.skipped", {"batch": batch, "state": state_path})
+        append_event(
+            conn, run_id, "batch.no_signal", {"batch": batch, "state": state_path, "reason": reason}
+        )
 
 
 def resolve(

@@ -7,6 +7,7 @@ event. A retry with the same idempotency key returns the run it created.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -82,14 +83,19 @@ def _check_same_request(existing: RunRecord, digest: str, key: str) -> RunRecord
 
 
 def accept_run(
-    engine: Engine, request: RunRequest, idempotency_key: str | None = None
+    engine: Engine,
+    request: RunRequest,
+    idempotency_key: str | None = None,
+    before_create: Callable[[], None] = lambda: None,
 ) -> tuple[RunRecord, bool]:
-    """Pin and record a run; returns (run, created). A known key returns its run."""
+    """Pin and record a run; returns (run, created). A known key returns its run;
+    `before_create` runs (and may refuse) only when a new run is to be recorded."""
     key = idempotency_key or uuid.uuid4().hex
     digest = request.digest()
     existing = _find_by_key(engine, request.owner, key)
     if existing is not None:
         return _check_same_request(existing, digest, key), False
+    before_create()
     now = datetime.now(UTC)
     spec = RunSpec(**request.model_dump(), run_id=f"r-{uuid.uuid4().hex[:12]}", accepted_at=now)
     try:

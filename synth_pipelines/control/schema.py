@@ -166,6 +166,21 @@ policy_updates = Table(
     PrimaryKeyConstraint("run_id", "batch"),
 )
 
+model_call_faults = Table(
+    "model_call_faults",
+    metadata,
+    Column("run_id", String(40), nullable=False),
+    Column("attempt_id", String(120), nullable=False),
+    Column("role", String(20), nullable=False),
+    Column("faults", Integer, nullable=False),
+    Column("status", Integer, nullable=False),
+    Column("error_type", String(60), nullable=False),
+    Column("message", Text, nullable=False),
+    Column("first_at", DateTime(timezone=True), nullable=False),
+    Column("last_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("run_id", "attempt_id", "role"),
+)
+
 regrades = Table(
     "regrades",
     metadata,

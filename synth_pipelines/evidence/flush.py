@@ -11,8 +11,9 @@ class EvidenceFlushError(RuntimeError):
     pass
 
 
-def flush_evidence(run_id: str) -> dict:
-    """Publish every staged call now; returns the proxy's counts."""
+def flush_evidence(run_id: str, attempt_ids: list[str] | None = None) -> dict:
+    """Publish every staged call now (only these attempts' calls, when given); returns the
+    proxy's counts."""
     from proxy.credentials import load_signing_key, mint_token
 
     config = settings()
@@ -28,7 +29,7 @@ def flush_evidence(run_id: str) -> dict:
     try:
         response = httpx.post(
             f"{config.proxy_url}/internal/evidence/flush",
-            json={},
+            json={"attempt_ids": attempt_ids or []},
             headers={"x-api-key": token},
             timeout=120,
         )

@@ -78,14 +78,19 @@ class EvidencePublisher:
         self.max_wait = timedelta(seconds=max_wait_sec)
         self._lock = threading.Lock()
 
-    def publish_pending(self, everything: bool = False) -> list[PublishedChunk]:
+    def publish_pending(
+        self, everything: bool = False, attempts: frozenset[str] | None = None
+    ) -> list[PublishedChunk]:
         """Complete interrupted chunks, then publish the staged calls of settled attempts
-        (of every attempt with `everything`)."""
+        (of every attempt with `everything`); with `attempts`, only those attempts' calls,
+        settled or not."""
         with self._lock:
             published = [self._complete(intent) for intent in self.spool.intents()]
             groups: dict[tuple[str, str | None, str], list[StagedCall]] = defaultdict(list)
             for call in self.spool.staged():
-                groups[(call.run_id, call.batch, call.attempt_id)].append(call)
+                if attempts is None or call.attempt_id in attempts:
+                    groups[(call.run_id, call.batch, call.attempt_id)].append(call)
+            everything = everything or attempts is not None
             now = datetime.now(UTC)
             for (run_id, batch, attempt_id), calls in sorted(
                 groups.items(), key=lambda item: str(item[0])

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, func, select
 
 from synth_pipelines.contracts.interaction import Interaction
 from synth_pipelines.contracts.table import SchemaMismatchError, parquet_to_table
-from synth_pipelines.control.schema import evidence_chunks
+from synth_pipelines.control.schema import evidence_calls, evidence_chunks
 from synth_pipelines.storage.objectstore import (
     ObjectIntegrityError,
     ObjectMissingError,
@@ -50,3 +51,21 @@ def read_attempt_evidence(
     for calls in evidence.calls.values():
         calls.sort(key=lambda c: (c.created_at, c.call_id))
     return evidence
+
+
+def published_calls(engine: Engine, attempt_id: str, role: str, since: datetime) -> int:
+    """How many calls of the attempt in `role` were published from `since` on: a run of its
+    harness that reached its model has at least one once its evidence is flushed."""
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                select(func.count())
+                .select_from(evidence_calls)
+                .join(evidence_chunks, evidence_chunks.c.chunk_key == evidence_calls.c.chunk_key)
+                .where(
+                    evidence_calls.c.attempt_id == attempt_id,
+                    evidence_calls.c.role == role,
+                    evidence_chunks.c.published_at >= since,
+                )
+            ).scalar_one()
+        )

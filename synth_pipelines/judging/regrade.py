@@ -35,6 +35,7 @@ from synth_pipelines.runtime.harbor_trials import (
     environment_config,
     verifier_config,
 )
+from synth_pipelines.runtime.outcome_classes import classify
 from synth_pipelines.runtime.trial_batch import demand_for
 from synth_pipelines.runtime.trial_records import (
     archive_trial,
@@ -135,8 +136,12 @@ async def _regrade_one(
         assessment_id=f"{outcome.attempt_id}.{regrade_id}",
         rewards_json=json.dumps(rewards, sort_keys=True) if rewards is not None else None,
         rationale=rationale,
-        run_valid=result.verifier_result is not None and error is None,
-        problem=error.exception_type if error else None,
+        error=classify(
+            error.exception_type if error else None,
+            error.exception_message if error else None,
+            verified=True,
+            reward_found=rewards is not None,
+        ),
         assessed_at=datetime.now(UTC),
     )
 

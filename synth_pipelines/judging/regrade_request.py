@@ -65,7 +65,7 @@ def _launch(
         partitions,
         {
             "ops": {
-                "assessments": {
+                "batch": {
                     "config": {
                         "regrade_id": regrade.regrade_id,
                         "judge": judge.model_dump_json() if judge else "",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import shlex
+from datetime import UTC, datetime
 from typing import Any
 
 from harbor.models.trial.paths import EnvironmentPaths
@@ -17,6 +18,7 @@ from harbor.models.verifier.result import VerifierResult
 from harbor.verifier.base import BaseVerifier
 from harbor.verifier.verifier import RewardFileNotFoundError, VerifierOutputParseError
 
+from synth_pipelines.agents.model_route import check_model_route
 from synth_pipelines.agents.session import AttemptIdentity, run_profile
 from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.judging.instruction import (
@@ -92,6 +94,7 @@ class JudgeVerifier(BaseVerifier):
         identity = AttemptIdentity(
             **{**self.identity.__dict__, "trial_id": str(environment.context_id or "")}
         )
+        started = datetime.now(UTC)
         outcome = await run_profile(
             environment,
             self.judge,
@@ -100,6 +103,9 @@ class JudgeVerifier(BaseVerifier):
             self.trial_paths.verifier_dir / "judge",
             timeout_sec=self.task.config.verifier.timeout_sec,
             log_dir="/logs/verifier/judge",
+        )
+        await check_model_route(
+            identity.run_id, identity.attempt_id, identity.role, started, outcome.result.exit_code
         )
         verifier_dir = EnvironmentPaths.for_os(self.task.config.environment.os).verifier_dir
         if not environment.is_path_mounted(verifier_dir, self.trial_paths.verifier_dir):

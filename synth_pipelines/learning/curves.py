@@ -47,3 +47,7 @@ def reward_curve_png(
 
 def loss_curve_png(losses: Sequence[float], title: str) -> bytes:
     return _curve_png(losses, title, ylabel="loss per token", xlabel="step", bounded=False)
+
+
+def kl_curve_png(kls: Sequence[float], title: str) -> bytes:
+    return _curve_png(kls, title, ylabel="KL sample/train (v1)", xlabel="batch", bounded=False)

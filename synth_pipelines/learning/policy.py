@@ -20,9 +20,8 @@ class PolicyGateError(RuntimeError):
 
 def effective_model(spec: RunSpec) -> str:
     """The run's model binding; empty for engines that use no model (oracle, nop)."""
-    profile = spec.actor.profile()
-    model = spec.model or profile.model
-    if model is None and profile.launched:
+    model = spec.actor_model
+    if model is None and spec.actor.profile().launched:
         raise PolicyGateError(
             f"run {spec.run_id}: the actor profile binds no model and the run names none"
         )

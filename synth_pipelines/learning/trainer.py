@@ -2,15 +2,19 @@
 
 Gradients accumulate on the backend across `forward_backward` calls, so a group whose
 attempts are all assessed submits its datums while other groups still sample; the
-optimizer step comes once, after every group of the batch.
+optimizer step comes once, after every group of the batch. Every call is awaited, never
+waited on: the batch's event loop keeps running its attempts meanwhile.
 """
 
 from __future__ import annotations
 
-import math
+import asyncio
+import time
 from dataclasses import dataclass, field
 
 import tinker
+import torch
+from tinker_cookbook.rl.metrics import compute_kl_sample_train
 
 from synth_pipelines.contracts.learning import DatumRow, PolicyBinding
 from synth_pipelines.contracts.plan import TrainPlan
@@ -27,48 +31,75 @@ def adam(learning_rate: float) -> tinker.AdamParams:
     )
 
 
-@dataclass
-class GradientSummary:
+@dataclass(frozen=True)
+class Gradients:
+    """What the batch's forward_backward calls report once all are done."""
+
     datums: int
-    loss: float
     action_tokens: int
-    max_ratio_deviation: float
+    loss: float
+    kl_sample_train_v1: float
+    """At the first forward_backward of the batch: mean over its action tokens of sampler
+    logprob minus trainer logprob (tinker-cookbook's `optim/kl_sample_train_v1`)."""
+    kl_sample_train_v2: float
+    """Half the mean squared difference, at the same place."""
+    entropy: float
+    """Mean negative sampler logprob of the sampled action tokens (an entropy estimate)."""
+    seconds: float
 
-    def as_dict(self) -> dict:
-        return self.__dict__.copy()
+
+def _mask(row: DatumRow) -> torch.Tensor:
+    return torch.tensor(row.mask)
 
 
-def ratio_deviation(rows: list[DatumRow], learner_logprobs: list[list[float]]) -> float:
-    """max |exp(learner - sampler) - 1| over action tokens: 0 when exactly on policy."""
-    worst = 0.0
-    for row, learner in zip(rows, learner_logprobs, strict=True):
-        for mask, sampled, learned in zip(row.mask, row.logprobs, learner, strict=True):
-            if mask > 0:
-                worst = max(worst, abs(math.exp(learned - sampled) - 1.0))
-    return worst
+def first_call_agreement(rows: list[DatumRow], learner: list[torch.Tensor]) -> dict[str, float]:
+    """Sampler vs trainer on one forward_backward, the way tinker-cookbook logs it."""
+    data = [
+        tinker.Datum(
+            model_input=tinker.ModelInput.from_ints(row.model_input),
+            loss_fn_inputs={
+                "logprobs": tinker.TensorData.from_torch(torch.tensor(row.logprobs)),
+                "mask": tinker.TensorData.from_torch(_mask(row)),
+            },
+        )
+        for row in rows
+    ]
+    return compute_kl_sample_train(data, learner)
 
 
 @dataclass
-class BatchUpdate:
+class Trainer:
+    """One batch's training client: created from the binding, fed group by group."""
+
     service: tinker.ServiceClient
     binding: PolicyBinding
     plan: TrainPlan
     client: tinker.TrainingClient | None = None
-    submitted: list[tuple[list[DatumRow], object]] = field(default_factory=list)
+    submitted: list[tuple[list[DatumRow], asyncio.Future]] = field(default_factory=list)
+    forward_seconds: float = 0.0
+    saved_state: str | None = None
+    """The trainer state this client saved last: its weights are those of that state."""
 
     async def training_client(self) -> tinker.TrainingClient:
         if self.client is None:
             binding = self.binding
+            # The SDK opens its session with the backend on first use, synchronously.
             if binding.trainer_state is None:
-                future = self.service.create_lora_training_client(
-                    base_model=binding.base_model, rank=self.plan.lora_rank, seed=self.plan.seed
+                future = await asyncio.to_thread(
+                    self.service.create_lora_training_client,
+                    base_model=binding.base_model,
+                    rank=self.plan.lora_rank,
+                    seed=self.plan.seed,
                 )
             elif binding.optimizer_state:
-                future = self.service.create_training_client_from_state_with_optimizer(
-                    binding.trainer_state
+                future = await asyncio.to_thread(
+                    self.service.create_training_client_from_state_with_optimizer,
+                    binding.trainer_state,
                 )
             else:
-                future = self.service.create_training_client_from_state(binding.trainer_state)
+                future = await asyncio.to_thread(
+                    self.service.create_training_client_from_state, binding.trainer_state
+                )
             self.client = await future
         return self.client
 
@@ -80,38 +111,57 @@ class BatchUpdate:
         )
 
     async def submit(self, rows: list[DatumRow]) -> None:
+        """Send `rows` to forward_backward now; its result is collected by `gradients`."""
         if not rows:
             return
         client = await self.training_client()
+        started = time.monotonic()
         future = client.forward_backward(
             [training_datum(row) for row in rows], self.plan.loss, self.loss_config()
         )
-        self.submitted.append((rows, future))
+
+        async def result():
+            output = await future
+            self.forward_seconds += time.monotonic() - started
+            return output
+
+        self.submitted.append((rows, asyncio.ensure_future(result())))
 
     def submitted_rows(self) -> list[DatumRow]:
         return [row for rows, _ in self.submitted for row in rows]
 
-    def gradients(self) -> GradientSummary:
-        """Wait for every submitted forward_backward; report the loss and on-policy ratio."""
-        loss, tokens, deviation, count = 0.0, 0, 0.0, 0
-        for rows, future in self.submitted:
-            output = future.result()
-            learner = [out["logprobs"].tolist() for out in output.loss_fn_outputs]
-            deviation = max(deviation, ratio_deviation(rows, learner))
+    async def gradients(self) -> Gradients:
+        """Wait for every submitted forward_backward."""
+        loss, tokens, count = 0.0, 0, 0
+        agreement: dict[str, float] = {}
+        for rows, pending in self.submitted:
+            output = await pending
+            learner = [out["logprobs"].to_torch() for out in output.loss_fn_outputs]
+            if not agreement:
+                agreement = first_call_agreement(rows, learner)
             loss += float(output.metrics.get("loss:sum", 0.0))
             tokens += sum(int(sum(row.mask)) for row in rows)
             count += len(rows)
-        return GradientSummary(count, loss, tokens, deviation)
+        return Gradients(
+            datums=count,
+            action_tokens=tokens,
+            loss=loss,
+            kl_sample_train_v1=agreement.get("optim/kl_sample_train_v1", 0.0),
+            kl_sample_train_v2=agreement.get("optim/kl_sample_train_v2", 0.0),
+            entropy=agreement.get("optim/entropy", 0.0),
+            seconds=self.forward_seconds,
+        )
 
-    def optim_step(self) -> dict[str, float]:
-        assert self.client is not None
-        response = self.client.optim_step(adam(self.plan.learning_rate)).result()
+    async def optim_step(self) -> dict[str, float]:
+        client = await self.training_client()
+        response = await client.optim_step(adam(self.plan.learning_rate))
         return dict(response.metrics or {})
 
-    def save_state(self, name: str) -> str:
-        assert self.client is not None
-        return self.client.save_state(name).result().path
+    async def save_state(self, name: str) -> str:
+        client = await self.training_client()
+        self.saved_state = (await client.save_state(name)).path
+        return self.saved_state
 
-    def save_sampler(self, name: str) -> str:
-        assert self.client is not None
-        return self.client.save_weights_for_sampler(name).result().path
+    async def save_sampler(self, name: str) -> str:
+        client = await self.training_client()
+        return (await client.save_weights_for_sampler(name)).path

@@ -3,13 +3,16 @@
 The update waits for every group's gradients, marks itself unresolved durably, enqueues
 the optimizer step, saves the trainer state and only then records the acknowledgement.
 An acknowledged update is never applied again; an unresolved one stops the run until an
-operator resolves it. The checkpoint records sampler weights, trainer state, the dataset
-cursor and acknowledged progress, and completes the batch.
+operator resolves it. A batch with no usable signal applies no step: that is a recipe
+failure, recorded loudly (`batch.no_signal`), never a silent no-op. The checkpoint records
+sampler weights, trainer state, the dataset cursor and acknowledged progress, and
+completes the batch. Database calls run in threads: the batch's event loop never waits.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import UTC, datetime
 
 from sqlalchemy import Engine
@@ -30,7 +33,7 @@ from synth_pipelines.control.policy_updates import (
     record_without_step,
     refuse_if_unresolved,
 )
-from synth_pipelines.learning.trainer import BatchUpdate
+from synth_pipelines.learning.trainer import Trainer
 from synth_pipelines.runtime.lifecycle import complete_batch
 
 
@@ -38,32 +41,68 @@ def _row_key(row: DatumRow) -> tuple[str, str, int]:
     return (row.attempt_id, row.agent_id, row.datum_index)
 
 
-def apply_update(
-    engine: Engine, spec: RunSpec, index: int, update: BatchUpdate, rows: list[DatumRow]
+def no_signal_reason(signal: dict) -> str:
+    dropped = ", ".join(f"{count} {why}" for why, count in signal["groups_dropped"].items())
+    return (
+        f"no usable learning signal: 0 of {signal['groups']} groups qualified"
+        + (f" ({dropped})" if dropped else "")
+        + "; the recipe needs groups whose attempts score differently"
+    )
+
+
+async def apply_update(
+    engine: Engine,
+    spec: RunSpec,
+    index: int,
+    trainer: Trainer,
+    rows: list[DatumRow],
+    signal: dict,
 ) -> dict:
+    """Apply the batch's one optimizer step over `rows` (submitted group by group, or now);
+    returns the update's metrics, `signal` included."""
     batch = batch_key(spec.run_id, index)
-    refuse_if_unresolved(engine, spec.run_id)
-    existing = find_update(engine, spec.run_id, batch)
+    await asyncio.to_thread(refuse_if_unresolved, engine, spec.run_id)
+    existing = await asyncio.to_thread(find_update, engine, spec.run_id, batch)
     if existing is not None and existing.status == "acknowledged":
-        return {"status": "acknowledged earlier", "state": existing.state_path, **existing.metrics}
-    submitted = sorted(update.submitted_rows(), key=_row_key)
+        return existing.metrics
+    submitted = sorted(trainer.submitted_rows(), key=_row_key)
     if submitted != sorted(rows, key=_row_key):
         if submitted:
             raise UnresolvedUpdateError(
                 f"the datums submitted while {batch} sampled differ from its datums table"
             )
-        asyncio.run(update.submit(rows))
+        await trainer.submit(rows)
+    learning_rate = trainer.plan.learning_rate
     if not rows:
-        asyncio.run(update.training_client())
-        state = update.save_state(f"{batch}-update")
-        record_without_step(engine, spec.run_id, batch, index, state)
-        return {"status": "no eligible learning contributions", "state": state}
-    gradients = update.gradients()
-    mark_unresolved(engine, spec.run_id, batch, index, len(rows))
-    metrics = {**update.optim_step(), **gradients.as_dict(), "optimizer_step": True}
-    state = update.save_state(f"{batch}-update")
-    acknowledge(engine, spec.run_id, batch, state, metrics)
-    return {"status": "acknowledged", "state": state, **metrics}
+        reason = no_signal_reason(signal)
+        metrics = {**signal, "optimizer_step": False, "no_step_reason": reason}
+        await trainer.training_client()
+        state = await trainer.save_state(f"{batch}-update")
+        await asyncio.to_thread(
+            record_without_step, engine, spec.run_id, batch, index, state, reason, metrics
+        )
+        return metrics
+    gradients = await trainer.gradients()
+    await asyncio.to_thread(mark_unresolved, engine, spec.run_id, batch, index, len(rows))
+    started = time.monotonic()
+    optimizer = await trainer.optim_step()
+    metrics = {
+        **signal,
+        "optimizer_step": True,
+        "learning_rate": learning_rate,
+        "loss": gradients.loss,
+        "grad_norm": optimizer.get("grad_norm:mean"),
+        "entropy": gradients.entropy,
+        "kl_sample_train_v1": gradients.kl_sample_train_v1,
+        "kl_sample_train_v2": gradients.kl_sample_train_v2,
+        "datums": gradients.datums,
+        "action_tokens": gradients.action_tokens,
+        "forward_backward_sec": gradients.seconds,
+        "optim_step_sec": time.monotonic() - started,
+    }
+    state = await trainer.save_state(f"{batch}-update")
+    await asyncio.to_thread(acknowledge, engine, spec.run_id, batch, state, metrics)
+    return metrics
 
 
 def _optimizer_steps(engine: Engine, spec: RunSpec, binding: PolicyBinding, index: int) -> int:
@@ -77,29 +116,24 @@ def _optimizer_steps(engine: Engine, spec: RunSpec, binding: PolicyBinding, inde
     return 0
 
 
-def commit_checkpoint(
-    engine: Engine, spec: RunSpec, index: int, update: BatchUpdate, binding: PolicyBinding
+def _record(
+    engine: Engine,
+    spec: RunSpec,
+    index: int,
+    binding: PolicyBinding,
+    sampler_path: str,
+    state_path: str,
+    metrics: dict,
 ) -> Checkpoint:
-    existing = batch_checkpoint(engine, spec.run_id, index)
-    if existing is not None:
-        return existing
-    batch = batch_key(spec.run_id, index)
-    acknowledged = find_update(engine, spec.run_id, batch)
-    if acknowledged is None or acknowledged.status != "acknowledged" or not acknowledged.state_path:
-        raise UnresolvedUpdateError(f"{batch} has no acknowledged update to checkpoint")
-    if update.client is None:
-        update.client = update.service.create_training_client_from_state_with_optimizer(
-            acknowledged.state_path
-        ).result()
-    stepped = 1 if acknowledged.metrics.get("optimizer_step", True) is not False else 0
+    stepped = 1 if metrics.get("optimizer_step", True) is not False else 0
     checkpoint = record_checkpoint(
         engine,
         Checkpoint(
-            sampler_path=update.save_sampler(batch),
+            sampler_path=sampler_path,
             run_id=spec.run_id,
-            batch=batch,
+            batch=batch_key(spec.run_id, index),
             batch_index=index,
-            state_path=acknowledged.state_path,
+            state_path=state_path,
             base_model=binding.base_model,
             owner=spec.owner,
             dataset_cursor=(index + 1) * spec.tasks_per_batch,
@@ -115,7 +149,43 @@ def commit_checkpoint(
             "checkpoint": checkpoint.sampler_path,
             "dataset_cursor": checkpoint.dataset_cursor,
             "optimizer_steps": checkpoint.optimizer_steps,
-            **{k: v for k, v in acknowledged.metrics.items() if isinstance(v, int | float)},
+            **{k: v for k, v in metrics.items() if isinstance(v, int | float | str | dict)},
         },
     )
     return checkpoint
+
+
+async def commit_checkpoint(
+    engine: Engine,
+    spec: RunSpec,
+    index: int,
+    trainer: Trainer,
+    binding: PolicyBinding,
+    metrics: dict,
+) -> Checkpoint:
+    existing = await asyncio.to_thread(batch_checkpoint, engine, spec.run_id, index)
+    if existing is not None:
+        return existing
+    batch = batch_key(spec.run_id, index)
+    acknowledged = await asyncio.to_thread(find_update, engine, spec.run_id, batch)
+    if acknowledged is None or acknowledged.status != "acknowledged" or not acknowledged.state_path:
+        raise UnresolvedUpdateError(f"{batch} has no acknowledged update to checkpoint")
+    if trainer.saved_state != acknowledged.state_path:
+        # A batch resumed after its update: the acknowledged state is the one to sample.
+        trainer.client = await (
+            await asyncio.to_thread(
+                trainer.service.create_training_client_from_state_with_optimizer,
+                acknowledged.state_path,
+            )
+        )
+    sampler = await trainer.save_sampler(batch)
+    return await asyncio.to_thread(
+        _record,
+        engine,
+        spec,
+        index,
+        binding,
+        sampler,
+        acknowledged.state_path,
+        {**acknowledged.metrics, **metrics},
+    )

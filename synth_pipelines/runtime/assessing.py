@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from synth_pipelines.contracts.assessment import Assessment
 from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.contracts.trial import TrialOutcome
+from synth_pipelines.runtime.outcome_classes import ErrorClass
 
 TASK_VERIFIER = "task-verifier"
 
@@ -44,22 +45,21 @@ def assessment(
     assessment_id: str,
     rewards_json: str | None,
     rationale: str | None,
-    run_valid: bool,
-    problem: str | None,
+    error: tuple[ErrorClass | None, str | None],
     assessed_at: datetime,
 ) -> Assessment:
-    """An assessor's verdict on one attempt's retained work."""
+    """An assessor's verdict on one attempt's retained work. `error` is the class and
+    reason of the assessing trial's end (`runtime/outcome_classes.py`). Work the platform
+    failed to produce stays a platform error whoever assesses it."""
     rewards = json.loads(rewards_json) if rewards_json else None
     reward = _reward(rewards) if rewards else None
-    valid = run_valid and reward is not None
-    if valid:
-        reason = None
-    elif rewards is None:
-        reason = f"no reward: {problem or 'the verifier wrote none'}"
-    elif reward is None:
-        reason = f"rewards {sorted(rewards)} have no 'reward' key"
-    else:
-        reason = f"reward not valid after {problem}"
+    error_class, reason = error
+    if outcome.error_class == "platform":
+        error_class, reason = "platform", outcome.error_reason
+    elif error_class is None and reward is None:
+        why = "the verifier wrote none" if rewards is None else f"{sorted(rewards)} has no 'reward'"
+        error_class, reason = "task", f"no reward: {why}"
+    valid = error_class is None
     return Assessment(
         assessment_id=assessment_id,
         run_id=outcome.run_id,
@@ -73,6 +73,7 @@ def assessment(
         reward=reward if valid else None,
         rewards_json=rewards_json,
         valid=valid,
+        error_class=error_class,
         reason=reason,
         rationale=rationale,
         assessed_at=assessed_at,
@@ -87,7 +88,6 @@ def trial_assessment(outcome: TrialOutcome, assessor: Assessor) -> Assessment:
         assessment_id=f"{outcome.attempt_id}.trial",
         rewards_json=outcome.rewards_json,
         rationale=outcome.rationale,
-        run_valid=outcome.reward_valid,
-        problem=outcome.exception_type,
+        error=(outcome.error_class, outcome.error_reason),
         assessed_at=outcome.finished_at or datetime.now(UTC),
     )

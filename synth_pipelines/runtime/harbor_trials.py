@@ -22,6 +22,7 @@ from synth_pipelines.contracts.plan import ExecutionSettings
 from synth_pipelines.contracts.profile import PinnedProfile, Profile
 from synth_pipelines.contracts.trial import TrialOutcome
 from synth_pipelines.judging.verifier import IMPORT_PATH as JUDGE_VERIFIER
+from synth_pipelines.runtime.outcome_classes import classify
 from synth_pipelines.runtime.trial_records import archive_trial, directory_digest, read_rationale
 from synth_pipelines.storage.objectstore import ObjectRef, ObjectStore
 
@@ -172,9 +173,17 @@ def outcome_from_result(
     trial_dir: Path,
     archive: ObjectRef,
     duration_sec: float,
+    *,
+    verified: bool,
 ) -> TrialOutcome:
     rewards = result.verifier_result.rewards if result.verifier_result else None
     error = result.exception_info
+    error_class, error_reason = classify(
+        error.exception_type if error else None,
+        error.exception_message if error else None,
+        verified=verified,
+        reward_found=rewards is not None,
+    )
     return TrialOutcome(
         run_id=attempt.run_id,
         batch=attempt.batch,
@@ -191,9 +200,10 @@ def outcome_from_result(
         status="completed" if error is None else "failed",
         rewards_json=json.dumps(rewards, sort_keys=True) if rewards is not None else None,
         rationale=read_rationale(trial_dir),
-        reward_valid=result.reward_valid,
         exception_type=error.exception_type if error else None,
         exception_message=error.exception_message[:2000] if error else None,
+        error_class=error_class,
+        error_reason=error_reason[:2000] if error_reason else None,
         trial_key=archive.key,
         trial_sha256=archive.sha256,
         artifacts_digest=directory_digest(trial_dir / "artifacts"),
@@ -231,6 +241,7 @@ async def run_attempt(
         trial_dir,
         ref,
         time.monotonic() - started,
+        verified=verify,
     )
     shutil.rmtree(trial_dir, ignore_errors=True)
     return outcome

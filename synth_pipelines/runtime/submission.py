@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import TypeAdapter, ValidationError
 from sqlalchemy import Engine
@@ -27,6 +27,7 @@ from synth_pipelines.control.ownership import (
 from synth_pipelines.control.runs import RunRecord, accept_run
 from synth_pipelines.registry.datasets import get_dataset
 from synth_pipelines.registry.profiles import ProfileError, check_launchable, get_profile
+from synth_pipelines.runtime.served_models import ModelNotServedError
 
 
 class SubmissionError(ValueError):
@@ -168,13 +169,38 @@ def build_run_request(
     )
 
 
+class ModelCheck(Protocol):
+    def require(self, model: str, *, train: bool) -> None: ...
+
+
+def require_served(request: RunRequest, models: ModelCheck) -> None:
+    """Refuse a run whose actor or judge model nobody serves, or that trains a model the
+    training backend cannot optimize."""
+    train = request.plan.kind in ("train", "warm_start")
+    bound = [(request.actor_model, request.actor.profile().launched, train, "actor")]
+    if request.judge is not None:
+        judge = request.judge.profile()
+        bound.append((judge.model, judge.launched, False, "judge"))
+    for model, launched, trains, role in bound:
+        if launched and model is not None:
+            try:
+                models.require(model, train=trains)
+            except ModelNotServedError as error:
+                raise SubmissionError(f"{role} model: {error}") from None
+
+
 def submit_run(
     engine: Engine,
     submission: Submission,
     owner: str,
     idempotency_key: str | None = None,
     base_dir: Path | None = None,
+    *,
+    models: ModelCheck,
 ) -> tuple[RunRecord, bool]:
-    """Accept the submission as a run; returns (run, created). A known key returns its run."""
+    """Accept the submission as a run; returns (run, created). A known key returns its run
+    without asking again whether its model is served."""
     request = build_run_request(engine, submission, owner, base_dir)
-    return accept_run(engine, request, idempotency_key)
+    return accept_run(
+        engine, request, idempotency_key, before_create=lambda: require_served(request, models)
+    )

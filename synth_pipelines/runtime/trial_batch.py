@@ -16,6 +16,7 @@ from synth_pipelines.control.events import record_event
 from synth_pipelines.registry.task_packages import materialize_task
 from synth_pipelines.runtime.admission import ResourceAdmission, ResourceDemand
 from synth_pipelines.runtime.batch_plan import BatchPlan
+from synth_pipelines.runtime.failures import AttemptFailedError
 from synth_pipelines.runtime.harbor_trials import Actor, AttemptContext, run_attempt
 from synth_pipelines.storage.objectstore import ObjectStore
 
@@ -74,9 +75,12 @@ async def run_batch_trials(
             owner=spec.owner,
         )
         async with admission.admit(demands[group_index], f"task {group.task.name}"):
-            outcome = await run_attempt(
-                context, actor, settings, store, trials_dir, verify=verify, judge=spec.judge
-            )
+            try:
+                outcome = await run_attempt(
+                    context, actor, settings, store, trials_dir, verify=verify, judge=spec.judge
+                )
+            except Exception as error:
+                raise AttemptFailedError(attempt_id, group.task.name, error) from error
         record_event(
             engine,
             spec.run_id,
@@ -88,6 +92,8 @@ async def run_batch_trials(
                 "status": outcome.status,
                 "rewards": outcome.rewards_json,
                 "exception": outcome.exception_type,
+                "error_class": outcome.error_class,
+                "error_reason": outcome.error_reason,
             },
         )
         on_outcome(outcome)

@@ -9,6 +9,8 @@ from urllib.parse import urlparse
 from synth_pipelines.config import Settings
 from synth_pipelines.services.supervisor import Service
 
+MODEL_SERVICE = "model-service"
+
 
 def _bin(name: str) -> str:
     return str(Path(sys.executable).parent / name)
@@ -22,7 +24,7 @@ def embedded_services(config: Settings) -> list[Service]:
     synth = _bin("synth")
     return [
         Service(
-            name="model-service",
+            name=MODEL_SERVICE,
             argv=[
                 synth,
                 "model",

@@ -108,15 +108,18 @@ async def telemetry() -> dict[str, str]:
 
 @router.get("/get_server_capabilities")
 async def server_capabilities(service: Service) -> dict[str, Any]:
-    backbone = service.backbone
+    """Every model the service serves, loaded or not: each can be sampled and trained.
+    A context length is only known once a model is loaded."""
+    loaded = {model.backbone.name: model.backbone for model in service.models.loaded()}
     return types.GetServerCapabilitiesResponse(
         supported_models=[
             types.SupportedModel(
-                model_name=backbone.name,
-                max_context_length=backbone.max_context,
+                model_name=name,
+                max_context_length=loaded[name].max_context if name in loaded else None,
                 trainable=True,
                 sampleable=True,
             )
+            for name in service.models.served()
         ]
     ).model_dump()
 
@@ -161,6 +164,7 @@ async def retrieve_future(body: types.FutureRetrieveRequest, service: Service) -
 async def create_model(
     body: types.CreateModelRequest, service: Service, key: IdempotencyKey = None
 ) -> dict[str, Any]:
+    await run_in_threadpool(service.prepare_base_model, body.base_model)
     return _once(service, key, lambda: service.create_model(body))
 
 
@@ -202,6 +206,8 @@ async def save_weights_for_sampler(
 async def load_weights(
     body: types.LoadWeightsRequest, service: Service, key: IdempotencyKey = None
 ) -> dict[str, Any]:
+    if body.session_id is not None:
+        await run_in_threadpool(service.prepare_base_model, body.base_model, body.path)
     return _once(service, key, lambda: service.load_weights(body))
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 import torch
@@ -13,33 +13,42 @@ from fastapi.responses import JSONResponse
 from synth_pipelines.config import settings
 from synth_pipelines.storage.objectstore import open_object_store
 from synth_pipelines.tinker_local.api import health_router, router
-from synth_pipelines.tinker_local.backbone import load_backbone
+from synth_pipelines.tinker_local.backbone import check_base_model
+from synth_pipelines.tinker_local.base_models import BaseModels
 from synth_pipelines.tinker_local.checkpoints import CheckpointStore
 from synth_pipelines.tinker_local.errors import MissingCredentialsError, NotFoundError, UserError
-from synth_pipelines.tinker_local.names import QWEN3_TINY
+from synth_pipelines.tinker_local.names import DEFAULT_MAX_LOADED, QWEN3_TINY
 from synth_pipelines.tinker_local.scripted import Script, script_router
 from synth_pipelines.tinker_local.service import ModelService
 
 
 def create_app(
-    base_model: str = QWEN3_TINY,
+    base_models: str | Sequence[str] = (QWEN3_TINY,),
     *,
     scripted: bool = False,
     object_store_url: str | None = None,
     device: str | None = None,
+    max_loaded: int = DEFAULT_MAX_LOADED,
 ) -> FastAPI:
-    """The service for one base model, checkpoints in the project's object store.
+    """The service for `base_models` and every seeded model, checkpoints in the project's
+    object store. The first named model is loaded at start, the others on first use; an
+    unknown name is refused here.
 
     `scripted=True` is the only way to get scripted sampling (tests of other parts);
     `object_store_url` defaults to the project settings' object store.
     """
-    backbone = load_backbone(base_model, torch.device(device) if device else None)
+    names = [base_models] if isinstance(base_models, str) else list(base_models)
+    for name in names:
+        check_base_model(name)
+    models = BaseModels(
+        names, device=torch.device(device) if device else None, max_loaded=max_loaded
+    )
     project = settings()
     store = open_object_store(
         object_store_url or project.objects_url, endpoint_url=project.s3_endpoint_url
     )
     script = Script() if scripted else None
-    service = ModelService(backbone, CheckpointStore(store), script)
+    service = ModelService(models, CheckpointStore(store), script)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -132,20 +132,25 @@ SEEDED_MODELS = {
 }
 
 
+def check_base_model(name: str) -> None:
+    """A seeded model's name or a local model directory; anything else is refused."""
+    if name not in SEEDED_MODELS and not Path(name).is_dir():
+        raise UserError(
+            f"unknown base model {name!r}: use {' or '.join(map(repr, SEEDED_MODELS))}, or "
+            "the path of a local Hugging Face model directory"
+        )
+
+
 def load_backbone(
     name: str, device: torch.device | None = None, dtype: torch.dtype = torch.float32
 ) -> Backbone:
     """A seeded model by name (`SEEDED_MODELS`) or the path of a local Hugging Face
     causal-LM directory."""
+    check_base_model(name)
     device = device or default_device()
     if name in SEEDED_MODELS:
         return _seeded_qwen3(name, SEEDED_MODELS[name], device, dtype)
-    if Path(name).is_dir():
-        return _local_directory(name, device, dtype)
-    raise UserError(
-        f"unknown base model {name!r}: use {' or '.join(map(repr, SEEDED_MODELS))}, or the "
-        "path of a local Hugging Face model directory"
-    )
+    return _local_directory(name, device, dtype)
 
 
 def _seeded_qwen3(

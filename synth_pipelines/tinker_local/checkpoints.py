@@ -79,6 +79,15 @@ class Checkpoint:
 class CheckpointStore:
     def __init__(self, store: ObjectStore):
         self.store = store
+        self._base_models: dict[str, str] = {}
+
+    def base_model(self, path: CheckpointPath) -> str:
+        """The base model a checkpoint was trained on; remembered, since checkpoints never
+        change (the service reads it in a thread first, then again on its event loop)."""
+        found = self._base_models.get(path.uri)
+        if found is None:
+            found = self._base_models[path.uri] = self.load(path).base_model
+        return found
 
     def save(self, path: CheckpointPath, checkpoint: Checkpoint) -> None:
         tensors = {f"{_ADAPTER}{name}": value for name, value in checkpoint.adapter.items()}

@@ -34,6 +34,7 @@ class RunSlot:
 
     model_id: str
     session_id: str
+    base_model: str
     queue: SequencedQueue
     run: TrainingRun | None = None
     creation_error: str | None = None
@@ -96,14 +97,14 @@ class Registry:
         session = self.sessions.get(session_id)
         return session is not None and not session.finished
 
-    def add_run(self, session: Session, model_seq_id: int) -> RunSlot:
+    def add_run(self, session: Session, model_seq_id: int, base_model: str) -> RunSlot:
         model_id = f"{session.session_id}:train:{model_seq_id}"
         with self._lock:
             if model_id in self.runs:
                 raise UserError(
                     f"model {model_id} already exists; each training client needs a new seq id"
                 )
-            slot = RunSlot(model_id, session.session_id, SequencedQueue(model_id))
+            slot = RunSlot(model_id, session.session_id, base_model, SequencedQueue(model_id))
             self.runs[model_id] = slot
             session.model_ids.append(model_id)
         return slot
@@ -154,6 +155,13 @@ class Registry:
             while len(slot.snapshot_sampler_ids) > SNAPSHOTS_KEPT_PER_MODEL:
                 self.samplers.pop(slot.snapshot_sampler_ids.popleft(), None)
         return sampler
+
+    def uses(self, base_model: str) -> bool:
+        """Whether a training client or a sampler still refers to the base model."""
+        with self._lock:
+            return any(slot.base_model == base_model for slot in self.runs.values()) or any(
+                sampler.base_model == base_model for sampler in self.samplers.values()
+            )
 
     def sampler(self, sampler_id: str) -> SamplingSession:
         sampler = self.samplers.get(sampler_id)

@@ -16,18 +16,17 @@ from typing import Any
 
 from tinker import types
 
-from synth_pipelines.tinker_local.backbone import Backbone
+from synth_pipelines.tinker_local.base_models import BaseModels, LoadedModel
 from synth_pipelines.tinker_local.checkpoints import Checkpoint, CheckpointPath, CheckpointStore
 from synth_pipelines.tinker_local.datums import training_datums
-from synth_pipelines.tinker_local.engine import Engine
 from synth_pipelines.tinker_local.errors import UserError
-from synth_pipelines.tinker_local.lora import Adapter, LoraSlots, LoraSpec
+from synth_pipelines.tinker_local.lora import Adapter, LoraSpec
 from synth_pipelines.tinker_local.losses import resolve_loss
 from synth_pipelines.tinker_local.outcomes import Failure, JsonResult, Outcome, ProtoResult
 from synth_pipelines.tinker_local.pending import PendingResults
 from synth_pipelines.tinker_local.registry import Registry, RunSlot
 from synth_pipelines.tinker_local.sample_requests import sample_job
-from synth_pipelines.tinker_local.sampling import SampleJob, Sampler
+from synth_pipelines.tinker_local.sampling import SampleJob
 from synth_pipelines.tinker_local.scripted import Script, forced_completion
 from synth_pipelines.tinker_local.training import TrainingRun
 from synth_pipelines.tinker_local.wire import (
@@ -41,22 +40,22 @@ CHECKPOINT_ADAPTERS_KEPT = 32
 
 
 class ModelService:
-    def __init__(self, backbone: Backbone, checkpoints: CheckpointStore, script: Script | None):
-        self.backbone = backbone
+    def __init__(self, models: BaseModels, checkpoints: CheckpointStore, script: Script | None):
+        self.models = models
         self.checkpoints = checkpoints
         self.script = script
-        self.slots = LoraSlots.install(backbone.network)
-        self.engine = Engine(self.slots, Sampler(backbone))
         self.registry = Registry()
         self.pending = PendingResults()
-        self._checkpoint_adapters: OrderedDict[str, Adapter] = OrderedDict()
+        self._checkpoint_adapters: OrderedDict[str, tuple[str, Adapter]] = OrderedDict()
         self._adapters_lock = threading.Lock()
+        models.in_use = self.registry.uses
 
     def start(self) -> None:
-        self.engine.start()
+        """Load the first served model now, so the service is warm for it."""
+        self.models.get(self.models.served()[0])
 
     def stop(self) -> None:
-        self.engine.stop()
+        self.models.stop()
 
     # Submissions --------------------------------------------------------------------
 
@@ -65,9 +64,9 @@ class ModelService:
         future.set_result(Failure(str(error), "user"))
         return {"request_id": request_id, **extra}
 
-    def _submit(self, work: Callable[[], Outcome], **extra: Any) -> Answer:
+    def _submit(self, model: LoadedModel, work: Callable[[], Outcome], **extra: Any) -> Answer:
         request_id, future = self.pending.open()
-        self.engine.run(work, future)
+        model.engine.run(work, future)
         return {"request_id": request_id, **extra}
 
     def _submit_ordered(
@@ -75,57 +74,52 @@ class ModelService:
     ) -> Answer:
         request_id, future = self.pending.open()
         try:
-            slot.queue.submit(seq_id, lambda: self.engine.run(work, future))
+            engine = self.models.get(slot.base_model).engine
+            slot.queue.submit(seq_id, lambda: engine.run(work, future))
         except UserError as error:
             future.set_result(Failure(str(error), "user"))
         return {"request_id": request_id, "model_id": slot.model_id}
-
-    def _check_base_model(self, name: str | None) -> None:
-        if name is not None and name != self.backbone.name:
-            raise UserError(
-                f"this model service serves {self.backbone.name!r}, not {name!r}; start one "
-                f"for it with `synth model serve --base-model {name}`"
-            )
 
     # Training -------------------------------------------------------------------------
 
     def create_model(self, request: types.CreateModelRequest) -> Answer:
         try:
             session = self.registry.session(request.session_id)
-            self._check_base_model(request.base_model)
+            model = self.models.get(request.base_model)
             _check_optimizer(request.optimizer_config)
             spec = _lora_spec(request.lora_config)
-            self.slots.targets(spec)
-            slot = self.registry.add_run(session, request.model_seq_id)
+            model.slots.targets(spec)
+            slot = self.registry.add_run(session, request.model_seq_id, model.backbone.name)
         except UserError as error:
             return self._failed(error)
         lora_config = request.lora_config
         seed = lora_config.seed if lora_config and lora_config.seed is not None else None
 
         def build() -> TrainingRun:
-            adapter = self.slots.new_adapter(
+            adapter = model.slots.new_adapter(
                 spec, seed if seed is not None else secrets.randbits(63)
             )
-            return TrainingRun(slot.model_id, self.backbone, self.slots, adapter)
+            return TrainingRun(slot.model_id, model.backbone, model.slots, adapter)
 
         def work() -> Outcome:
             slot.build(build)
             return JsonResult(types.CreateModelResponse(model_id=slot.model_id).model_dump())
 
-        return self._submit(work, model_id=slot.model_id)
+        return self._submit(model, work, model_id=slot.model_id)
 
     def get_info(self, model_id: str) -> types.GetInfoResponse:
         run = self.registry.run(model_id).ready()
+        backbone = run.backbone
         return types.GetInfoResponse(
             model_id=model_id,
             model_data=types.ModelData(
-                arch=self.backbone.arch,
-                model_name=self.backbone.name,
-                tokenizer_id=self.backbone.tokenizer_id,
+                arch=backbone.arch,
+                model_name=backbone.name,
+                tokenizer_id=backbone.tokenizer_id,
             ),
             is_lora=True,
             lora_rank=run.adapter.spec.rank,
-            model_name=self.backbone.name,
+            model_name=backbone.name,
         )
 
     def forward_backward(self, call: ForwardBackwardCall) -> Answer:
@@ -138,7 +132,7 @@ class ModelService:
             run = slot.ready()
             loss, config = resolve_loss(call.loss_fn, call.loss_fn_config())
             datums = training_datums(
-                call.datums(), loss, self.backbone.vocab_size, self.backbone.device
+                call.datums(), loss, run.backbone.vocab_size, run.backbone.device
             )
             result = run.forward_backward(datums, loss, config, forward_only=call.forward_only)
             return ProtoResult(
@@ -201,7 +195,7 @@ class ModelService:
                 self.registry.session(slot.session_id),
                 request.sampling_session_seq_id,
                 slot,
-                self.backbone.name,
+                run.backbone.name,
                 run.adapter.frozen_copy(),
             )
             return JsonResult(
@@ -214,7 +208,7 @@ class ModelService:
         self.checkpoints.save(
             path,
             Checkpoint(
-                base_model=self.backbone.name,
+                base_model=run.backbone.name,
                 spec=run.adapter.spec,
                 adapter={name: tensor for name, tensor in run.adapter.named_parameters()},
                 optimizer=run.optimizer_tensors() if with_optimizer else None,
@@ -237,6 +231,11 @@ class ModelService:
             run = slot.ready()
             path = CheckpointPath.parse(request.path)
             checkpoint = self._load_checkpoint(path, optimizer=request.optimizer)
+            if checkpoint.base_model != run.backbone.name:
+                raise UserError(
+                    f"{path.uri} was trained on {checkpoint.base_model!r}, but model "
+                    f"{slot.model_id} is {run.backbone.name!r}"
+                )
             if checkpoint.spec != run.adapter.spec:
                 raise UserError(
                     f"{path.uri} has LoRA config {checkpoint.spec}, but model {slot.model_id} "
@@ -252,18 +251,23 @@ class ModelService:
             session = self.registry.session(request.session_id or "")
             if request.model_seq_id is None:
                 raise UserError("load_weights with a session_id needs model_seq_id")
-            self._check_base_model(request.base_model)
+            path = CheckpointPath.parse(request.path)
+            model = self.models.get(request.base_model or self.checkpoints.base_model(path))
             if request.optimizer_config is not None:
                 _check_optimizer(request.optimizer_config)
-            path = CheckpointPath.parse(request.path)
-            slot = self.registry.add_run(session, request.model_seq_id)
+            slot = self.registry.add_run(session, request.model_seq_id, model.backbone.name)
         except UserError as error:
             return self._failed(error)
 
         def build() -> TrainingRun:
             checkpoint = self._load_checkpoint(path, optimizer=request.optimizer)
-            adapter = self.slots.adapter_from_tensors(checkpoint.spec, checkpoint.adapter)
-            run = TrainingRun(slot.model_id, self.backbone, self.slots, adapter)
+            if checkpoint.base_model != model.backbone.name:
+                raise UserError(
+                    f"{path.uri} was trained on {checkpoint.base_model!r}, not on "
+                    f"{model.backbone.name!r}; create the training client for its base model"
+                )
+            adapter = model.slots.adapter_from_tensors(checkpoint.spec, checkpoint.adapter)
+            run = TrainingRun(slot.model_id, model.backbone, model.slots, adapter)
             if request.optimizer and checkpoint.optimizer is not None:
                 run.restore_optimizer(checkpoint.optimizer)
             return run
@@ -272,11 +276,11 @@ class ModelService:
             slot.build(build)
             return JsonResult({"path": path.uri, "model_id": slot.model_id, "type": "load_weights"})
 
-        return self._submit(work, model_id=slot.model_id)
+        return self._submit(model, work, model_id=slot.model_id)
 
     def _load_checkpoint(self, path: CheckpointPath, *, optimizer: bool) -> Checkpoint:
         checkpoint = self.checkpoints.load(path)
-        self._check_base_model(checkpoint.base_model)
+        self.models.get(checkpoint.base_model)
         if optimizer and checkpoint.optimizer is None:
             raise UserError(
                 f"{path.uri} holds sampler weights without optimizer state; load a "
@@ -284,40 +288,62 @@ class ModelService:
             )
         return checkpoint
 
+    def prepare_base_model(self, name: str | None, checkpoint: str | None = None) -> None:
+        """Load the base model a request names, or its checkpoint was trained on, ahead of
+        the request: loading takes seconds, so the routes call this in a thread. A problem
+        is left for the request itself to report."""
+        try:
+            if name is None and checkpoint is not None:
+                name = self.checkpoints.base_model(CheckpointPath.parse(checkpoint))
+            if name is not None:
+                self.models.get(name)
+        except UserError:
+            pass
+
     # Sampling -------------------------------------------------------------------------
 
     def create_sampling_session(self, request: types.CreateSamplingSessionRequest) -> str:
         session = self.registry.session(request.session_id)
         adapter: Adapter | None = None
+        base_model = request.base_model
         if request.model_path is not None:
-            adapter = self._checkpoint_adapter(CheckpointPath.parse(request.model_path))
-        elif request.base_model is None:
+            base_model, adapter = self._checkpoint_adapter(CheckpointPath.parse(request.model_path))
+            if request.base_model is not None and request.base_model != base_model:
+                raise UserError(
+                    f"{request.model_path} was trained on {base_model!r}, not on "
+                    f"{request.base_model!r}"
+                )
+        elif base_model is None:
             raise UserError("create_sampling_session needs a model_path or a base_model")
-        self._check_base_model(request.base_model)
+        self.models.get(base_model)
         sampler = self.registry.add_sampler(
             session,
             request.sampling_session_seq_id,
-            self.backbone.name,
+            base_model,
             request.model_path,
             adapter,
         )
         return sampler.sampler_id
 
-    def _checkpoint_adapter(self, path: CheckpointPath) -> Adapter:
-        """One shared adapter per checkpoint: checkpoints never change, and samplers that
-        share weights are decoded in one batch."""
+    def _checkpoint_adapter(self, path: CheckpointPath) -> tuple[str, Adapter]:
+        """(base model, adapter): one shared adapter per checkpoint, since checkpoints never
+        change and samplers that share weights are decoded in one batch."""
         with self._adapters_lock:
             cached = self._checkpoint_adapters.get(path.uri)
             if cached is not None:
                 self._checkpoint_adapters.move_to_end(path.uri)
                 return cached
         checkpoint = self._load_checkpoint(path, optimizer=False)
-        adapter = self.slots.adapter_from_tensors(checkpoint.spec, checkpoint.adapter)
+        slots = self.models.get(checkpoint.base_model).slots
+        entry = (
+            checkpoint.base_model,
+            slots.adapter_from_tensors(checkpoint.spec, checkpoint.adapter),
+        )
         with self._adapters_lock:
-            adapter = self._checkpoint_adapters.setdefault(path.uri, adapter)
+            entry = self._checkpoint_adapters.setdefault(path.uri, entry)
             while len(self._checkpoint_adapters) > CHECKPOINT_ADAPTERS_KEPT:
                 self._checkpoint_adapters.popitem(last=False)
-        return adapter
+        return entry
 
     def get_sampler(self, sampler_id: str) -> types.GetSamplerResponse:
         sampler = self.registry.sampler(sampler_id)
@@ -335,11 +361,12 @@ class ModelService:
             if request.sampling_session_id is None:
                 raise UserError("asample needs a sampling_session_id: create a sampling client")
             sampler = self.registry.sampler(request.sampling_session_id)
-            job = self._scripted(sample_job(request, self.backbone))
+            model = self.models.get(sampler.base_model)
+            job = self._scripted(sample_job(request, model.backbone), model)
         except UserError as error:
             future.set_result(Failure(str(error), "user"))
             return answer
-        self.engine.sample(
+        model.engine.sample(
             sampler.adapter,
             job,
             lambda output: ProtoResult(encode_sample_response(output)),
@@ -347,10 +374,10 @@ class ModelService:
         )
         return answer
 
-    def _scripted(self, job: SampleJob) -> SampleJob:
+    def _scripted(self, job: SampleJob, model: LoadedModel) -> SampleJob:
         if self.script is None:
             return job
-        tokenizer = self.backbone.tokenizer
+        tokenizer = model.backbone.tokenizer
         prompt = functools.cache(
             lambda: tokenizer.decode(list(job.prompt), skip_special_tokens=False)
         )
@@ -362,7 +389,7 @@ class ModelService:
                 "this request asks for prompt or top-k logprobs, which need the model, but its "
                 "scripted entry sets a constant logprob; PUT an entry without `logprob`"
             )
-        forced = tuple(forced_completion(entry, job.params, self.backbone) for entry in entries)
+        forced = tuple(forced_completion(entry, job.params, model.backbone) for entry in entries)
         return SampleJob(
             prompt=job.prompt,
             num_samples=job.num_samples,

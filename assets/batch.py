@@ -1,0 +1,468 @@
+"""One batch of a run, as one step: its attempts, their assessments and, for training,
+what was learned from them.
+
+A training batch's sampling and learning cannot be separate steps: a group whose attempts
+are all assessed is qualified, packed and sent to forward_backward while other groups of
+the batch still sample, and the batch's optimizer step waits for all of them. So the whole
+batch is one function (`batch`), the way tinker-cookbook's train step is one loop, and
+each asset reports what that function did: `trials` (every attempt, sampled through the
+batch's policy), `assessments` (their rewards), `qualified_groups` (who may teach, and
+with which advantage), `datums` (exactly what forward_backward received), `policy_update`
+(the optimizer step, or why there was none) and `checkpoints` (the sampler that binds the
+next batch). A plan kind selects a prefix (`assets/jobs.py`); a regrade backfill selects
+`assessments` alone; a resumed batch selects what it has not materialized yet. The
+learning code (tinker-cookbook, and torch under it) is imported only when a batch learns,
+so loading the code location stays fast for every other job.
+"""
+
+import asyncio
+import hashlib
+import time
+
+import dagster as dg
+import pyarrow as pa
+
+from assets.captured_interactions import captured_interactions
+from assets.curve_metadata import curve_metadata
+from assets.partitions import batches
+from resources.control_database import ControlDatabase
+from resources.object_store import ObjectStoreResource
+from resources.training import TrainingService
+from synth_pipelines.config import settings
+from synth_pipelines.contracts.assessment import Assessment
+from synth_pipelines.contracts.learning import DatumRow, PolicyBinding, QualifiedAttempt
+from synth_pipelines.contracts.plan import TrainPlan
+from synth_pipelines.contracts.profile import PinnedProfile
+from synth_pipelines.contracts.run_spec import RunSpec, parse_batch_key
+from synth_pipelines.contracts.trial import TrialOutcome
+from synth_pipelines.control.events import record_event
+from synth_pipelines.control.runs import get_run
+from synth_pipelines.control.table_outputs import load_table
+from synth_pipelines.judging.regrade import RegradeRefusedError, regrade_batch
+from synth_pipelines.runtime.assessing import Assessor, trial_assessment
+from synth_pipelines.runtime.batch_plan import plan_batch
+from synth_pipelines.runtime.lifecycle import complete_batch, start_batch
+from synth_pipelines.runtime.results import summarize, summarize_unscored
+from synth_pipelines.runtime.trial_batch import run_batch_trials
+
+LEARNING = ("qualified_groups", "datums", "policy_update", "checkpoints")
+"""A training batch's learning assets, in the order the step produces them."""
+
+
+class BatchConfig(dg.Config):
+    """Set only for a regrade: its id, and the judge as pinned bytes (empty: the task's
+    own verifier assesses the retained work again)."""
+
+    regrade_id: str = ""
+    judge: str = ""
+
+
+def _table(description: str, kinds: set[str]) -> dg.AssetOut:
+    return dg.AssetOut(
+        io_manager_key="table_io",
+        group_name="batches",
+        kinds=kinds,
+        description=description,
+        is_required=False,
+    )
+
+
+def _fact(description: str) -> dg.AssetOut:
+    return dg.AssetOut(
+        dagster_type=dg.Nothing,
+        group_name="batches",
+        kinds={"tinker"},
+        description=description,
+        is_required=False,
+    )
+
+
+TRIALS, ASSESSMENTS = dg.AssetKey("trials"), dg.AssetKey("assessments")
+QUALIFIED, DATUMS = dg.AssetKey("qualified_groups"), dg.AssetKey("datums")
+UPDATE, CHECKPOINTS = dg.AssetKey("policy_update"), dg.AssetKey("checkpoints")
+
+
+@dg.multi_asset(
+    outs={
+        "trials": _table(
+            "Every attempt of the batch's sampling groups, run as a Harbor trial through the "
+            "batch's policy: outcome class, rewards, the archived trial record.",
+            {"harbor", "parquet"},
+        ),
+        "assessments": _table(
+            "Each attempt's reward from the task's verifier or a judge; regrades add sets.",
+            {"parquet"},
+        ),
+        "qualified_groups": _table(
+            "Training: every attempt's standing (reward, exclusion reason, group-relative "
+            "advantage), settled before advantages.",
+            {"parquet"},
+        ),
+        "datums": _table(
+            "Training: the datums forward_backward received, packed by tinker-cookbook from "
+            "the sampler's own tokens and logprobs.",
+            {"parquet"},
+        ),
+        "policy_update": _fact(
+            "Training: the batch's one optimizer step (loss, gradient norm, sampler/trainer "
+            "agreement), or why it applied none."
+        ),
+        "checkpoints": _fact(
+            "Training: sampler weights and trainer state that bind the next batch, with the "
+            "run's reward and KL per batch."
+        ),
+    },
+    partitions_def=batches,
+    deps=[captured_interactions],
+    internal_asset_deps={
+        "trials": {dg.AssetKey("policy")},
+        "assessments": {TRIALS},
+        "qualified_groups": {TRIALS, ASSESSMENTS, captured_interactions.key, dg.AssetKey("policy")},
+        "datums": {QUALIFIED},
+        "policy_update": {DATUMS},
+        "checkpoints": {UPDATE},
+    },
+    check_specs=[
+        dg.AssetCheckSpec(
+            "evidence_integrity",
+            asset=QUALIFIED,
+            blocking=True,
+            description="every evidence chunk read for learning matches its recorded SHA-256 "
+            "and every sampled token has one sampler logprob",
+        ),
+        dg.AssetCheckSpec("datum_alignment", asset=DATUMS, blocking=True),
+    ],
+    can_subset=True,
+)
+async def batch(
+    context: dg.AssetExecutionContext,
+    config: BatchConfig,
+    policy: pa.Table,
+    control: ControlDatabase,
+    objects: ObjectStoreResource,
+    training: TrainingService,
+):
+    engine, store = control.engine(), objects.store()
+    run_id, index = parse_batch_key(context.partition_key)
+    spec = get_run(engine, run_id).spec
+    (binding,) = PolicyBinding.from_table(policy)
+    selected = {key.to_user_string() for key in context.selected_asset_keys}
+    step = None
+    if isinstance(spec.plan, TrainPlan) and selected & set(LEARNING):
+        from synth_pipelines.learning.trainer import Trainer
+        from synth_pipelines.learning.training_step import TrainingStep
+
+        step = TrainingStep(
+            engine,
+            store,
+            spec,
+            index,
+            binding,
+            Trainer(training.service(), binding, spec.plan),
+            submits="policy_update" in selected,
+        )
+    started = time.monotonic()
+    if "trials" in selected:
+        outcomes = await _sample(context, engine, store, spec, index, binding, step)
+        yield dg.Output(
+            TrialOutcome.to_table(outcomes),
+            output_name="trials",
+            metadata=_trials_metadata(spec, binding, outcomes),
+        )
+    else:
+        outcomes = TrialOutcome.from_table(
+            load_table(engine, store, "trials", context.partition_key)
+        )
+    sampling_sec = time.monotonic() - started
+    if "assessments" in selected:
+        rows = await _assess(context, engine, store, spec, index, config, outcomes)
+        yield dg.Output(
+            Assessment.to_table(rows),
+            output_name="assessments",
+            metadata=_assessment_metadata(rows, config.regrade_id),
+            data_version=dg.DataVersion(assessment_version(rows)),
+        )
+    if step is None:
+        return
+    if "trials" not in selected and selected & {"qualified_groups", "datums", "policy_update"}:
+        # Resumed after sampling: every group is learned from now, in order.
+        for group in _groups(outcomes):
+            await step.submit_group(group)
+    audit = step.audit
+    if "qualified_groups" in selected:
+        yield dg.AssetCheckResult(
+            check_name="evidence_integrity",
+            asset_key=QUALIFIED,
+            passed=audit.passed,
+            metadata={
+                "chunks_verified": audit.chunks,
+                "bytes_verified": audit.bytes,
+                "calls": audit.calls,
+                "integrity_failures": dg.MetadataValue.json(audit.problems),
+                "misaligned_calls": dg.MetadataValue.json(list(audit.misaligned)),
+            },
+        )
+        yield dg.Output(
+            QualifiedAttempt.to_table(step.standings),
+            output_name="qualified_groups",
+            metadata=_qualified_metadata(step.standings, audit),
+        )
+    learns = bool(selected & {"policy_update", "checkpoints"})
+    if learns and not audit.passed:
+        raise dg.Failure(
+            description="evidence failed its integrity check; no optimizer step is applied: "
+            f"{audit.problems or list(audit.misaligned)}"
+        )
+    rows = step.datums
+    if "datums" in selected:
+        broken = [
+            f"{row.attempt_id}/{row.agent_id}/{row.datum_index}"
+            for row in rows
+            if not (
+                len(row.model_input)
+                == len(row.target_tokens)
+                == len(row.logprobs)
+                == len(row.advantages)
+                == len(row.mask)
+            )
+        ]
+        yield dg.AssetCheckResult(
+            check_name="datum_alignment",
+            asset_key=DATUMS,
+            passed=not broken,
+            metadata={"datums": len(rows), "misaligned": dg.MetadataValue.json(broken)},
+        )
+        if broken:
+            raise dg.Failure(description=f"misaligned datums, no optimizer step: {broken}")
+        yield dg.Output(
+            DatumRow.to_table(rows),
+            output_name="datums",
+            metadata={
+                "datums": len(rows),
+                "tokens": sum(len(r.model_input) for r in rows),
+                "action_tokens": int(sum(sum(r.mask) for r in rows)),
+                "attempts": len({r.attempt_id for r in rows}),
+            },
+        )
+    elif "policy_update" in selected:
+        stored = DatumRow.from_table(load_table(engine, store, "datums", context.partition_key))
+        if sorted(stored, key=_row_key) != sorted(rows, key=_row_key):
+            raise dg.Failure(
+                description="the evidence read now packs other datums than the batch's datums "
+                "table; evidence changed after the datums were recorded"
+            )
+    if not learns:
+        return
+    from synth_pipelines.control.policy_updates import UnresolvedUpdateError
+
+    try:
+        metrics = await step.update(sampling_sec)
+    except UnresolvedUpdateError as error:
+        raise dg.Failure(description=str(error)) from None
+    if not metrics.get("optimizer_step"):
+        context.log.warning(f"batch {context.partition_key}: {metrics.get('no_step_reason')}")
+    if "policy_update" in selected:
+        # Materialized once the step is acknowledged: a resume after this point only saves
+        # the sampler.
+        yield dg.Output(None, output_name="policy_update", metadata=_update_metadata(metrics))
+    if "checkpoints" in selected:
+        try:
+            checkpoint = await step.checkpoint(metrics)
+        except UnresolvedUpdateError as error:
+            raise dg.Failure(description=str(error)) from None
+        yield dg.Output(
+            None,
+            output_name="checkpoints",
+            metadata={
+                "sampler": checkpoint.sampler_path,
+                "state": checkpoint.state_path,
+                "dataset_cursor": checkpoint.dataset_cursor,
+                "optimizer_steps": checkpoint.optimizer_steps,
+                "binds": f"policy of batch {index + 1}" if index + 1 < spec.batch_count else "",
+                **await asyncio.to_thread(_curves, engine, store, spec, index),
+            },
+        )
+
+
+def _row_key(row: DatumRow) -> tuple[str, str, int]:
+    return (row.attempt_id, row.agent_id, row.datum_index)
+
+
+def _groups(outcomes: list[TrialOutcome]) -> list[list[TrialOutcome]]:
+    by_group: dict[int, list[TrialOutcome]] = {}
+    for outcome in outcomes:
+        by_group.setdefault(outcome.group_index, []).append(outcome)
+    return [by_group[index] for index in sorted(by_group)]
+
+
+async def _sample(context, engine, store, spec: RunSpec, index: int, binding, step):
+    plan = await asyncio.to_thread(plan_batch, engine, spec, index)
+    await asyncio.to_thread(start_batch, engine, spec, index, plan.attempt_count)
+    context.log.info(
+        f"batch {plan.batch}: {len(plan.groups)} groups, {plan.attempt_count} attempts, "
+        f"sampling through {binding.sampler}"
+    )
+    done = 0
+
+    def progress(outcome: TrialOutcome) -> None:
+        nonlocal done
+        done += 1
+        state = f"{outcome.error_class} error" if outcome.error_class else outcome.status
+        context.log.info(
+            f"[{done}/{plan.attempt_count}] {outcome.attempt_id} {outcome.task_name}: {state} "
+            f"rewards={outcome.rewards_json}"
+            + (f" ({outcome.error_reason})" if outcome.error_reason else "")
+        )
+
+    async def on_group(outcomes: list[TrialOutcome]) -> None:
+        learned = await step.submit_group(outcomes)
+        context.log.info(
+            f"group {outcomes[0].group_index} ready: {len(learned.datums)} datums sent to "
+            "forward_backward"
+        )
+
+    outcomes = await run_batch_trials(
+        spec,
+        plan,
+        store,
+        engine,
+        settings().work_dir,
+        model=binding.sampler or None,
+        verify=spec.kind in ("eval", "train"),
+        on_outcome=progress,
+        on_group=on_group if step is not None else None,
+    )
+    if spec.kind == "execute":
+        summary = summarize_unscored(outcomes).as_dict()
+        await asyncio.to_thread(complete_batch, engine, spec, index, summary)
+    return outcomes
+
+
+def _trials_metadata(spec: RunSpec, binding, outcomes: list[TrialOutcome]) -> dict:
+    unscored = summarize_unscored(outcomes)
+    return {
+        "run": spec.run_id,
+        "dataset": spec.dataset.ref,
+        "attempts": len(outcomes),
+        "failed": sum(outcome.status != "completed" for outcome in outcomes),
+        "platform_errors": unscored.platform_errors,
+        "task_errors": unscored.task_errors,
+        "error_reasons": dg.MetadataValue.json(unscored.error_reasons),
+        "sampler": binding.sampler,
+        "actor_digest": spec.actor.digest,
+    }
+
+
+def assessment_version(rows: list[Assessment]) -> str:
+    """Names who assessed which work, so a regrade with another judge is a new version
+    (Dagster's automatic data versions ignore config)."""
+    digest = hashlib.sha256()
+    for row in sorted(rows, key=lambda r: r.assessment_id):
+        digest.update(
+            f"{row.attempt_id}\0{row.assessor_digest}\0{row.artifacts_digest}\0{row.reward}\n".encode()
+        )
+    return digest.hexdigest()
+
+
+async def _assess(context, engine, store, spec, index, config: BatchConfig, outcomes):
+    """The verdicts of the trials' own verifiers, or, for a regrade, of the judge run again
+    on the retained work (the actor never runs)."""
+    if not config.regrade_id:
+        rows = [trial_assessment(outcome, Assessor.of(spec.judge)) for outcome in outcomes]
+        if spec.kind == "eval":
+            await asyncio.to_thread(complete_batch, engine, spec, index, summarize(rows).as_dict())
+        return rows
+    judge = PinnedProfile.model_validate_json(config.judge) if config.judge else None
+    try:
+        rows = await regrade_batch(
+            engine, store, spec, index, outcomes, judge, config.regrade_id, settings().work_dir
+        )
+    except RegradeRefusedError as error:
+        raise dg.Failure(description=str(error)) from None
+    await asyncio.to_thread(
+        record_event,
+        engine,
+        spec.run_id,
+        "regrade.batch_assessed",
+        {
+            "regrade_id": config.regrade_id,
+            "batch": context.partition_key,
+            **summarize(rows).as_dict(),
+        },
+    )
+    return rows
+
+
+def _assessment_metadata(rows: list[Assessment], regrade_id: str) -> dict:
+    summary = summarize(rows)
+    return {
+        "assessor": rows[0].assessor if rows else "",
+        "regrade": regrade_id,
+        "attempts": summary.attempts,
+        "assessed": summary.assessed,
+        "platform_errors": summary.platform_errors,
+        "task_errors": summary.task_errors,
+        "error_reasons": dg.MetadataValue.json(summary.error_reasons),
+        "pass_rate": dg.MetadataValue.float(summary.pass_rate or 0.0),
+        "mean_reward": dg.MetadataValue.float(summary.mean_reward or 0.0),
+    }
+
+
+def _qualified_metadata(standings: list[QualifiedAttempt], audit) -> dict:
+    exclusions: dict[str, int] = {}
+    for standing in standings:
+        reason = standing.exclusion or standing.group_exclusion
+        if reason:
+            key = reason.split(":")[0]
+            exclusions[key] = exclusions.get(key, 0) + 1
+    rewards = [s.reward for s in standings if s.reward is not None]
+    return {
+        "attempts": len(standings),
+        "qualified_attempts": sum(s.qualified for s in standings),
+        "groups": len({s.group_index for s in standings}),
+        "qualified_groups": len({s.group_index for s in standings if s.group_qualified}),
+        "exclusions": dg.MetadataValue.json(exclusions),
+        "reward_mean": dg.MetadataValue.float(sum(rewards) / len(rewards) if rewards else 0.0),
+        "evidence_chunks": audit.chunks,
+        "evidence_bytes": audit.bytes,
+    }
+
+
+def _update_metadata(metrics: dict) -> dict:
+    shown: dict = {}
+    for key, value in metrics.items():
+        if isinstance(value, bool):
+            shown[key] = dg.MetadataValue.bool(value)
+        elif isinstance(value, float):
+            shown[key] = dg.MetadataValue.float(value)
+        elif isinstance(value, dict):
+            shown[key] = dg.MetadataValue.json(value)
+        elif value is not None:
+            shown[key] = value
+    return shown
+
+
+def _curves(engine, store, spec: RunSpec, index: int) -> dict:
+    """The run's mean reward and sampler/trainer KL per batch so far, as PNGs in the object
+    store and on the page."""
+    from synth_pipelines.control.policy_updates import run_updates
+    from synth_pipelines.learning.curves import kl_curve_png, reward_curve_png
+
+    updates = [u for u in run_updates(engine, spec.run_id) if u.batch_index <= index]
+    rewards = [float(u.metrics.get("reward_mean", 0.0)) for u in updates]
+    kls = [float(u.metrics.get("kl_sample_train_v1") or 0.0) for u in updates]
+    return {
+        **curve_metadata(
+            store,
+            f"runs/{spec.run_id}/reward-curve-b{index:04d}.png",
+            reward_curve_png(rewards, f"{spec.run_id}: mean training reward per batch"),
+            "reward_curve",
+        ),
+        **curve_metadata(
+            store,
+            f"runs/{spec.run_id}/kl-curve-b{index:04d}.png",
+            kl_curve_png(kls, f"{spec.run_id}: sampler/trainer KL (v1) per batch"),
+            "kl_curve",
+        ),
+        "reward_mean": dg.MetadataValue.float(rewards[-1] if rewards else 0.0),
+    }

@@ -1,0 +1,108 @@
+"""`synth run show`'s per-batch learning table: the numbers a researcher reads first."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from sqlalchemy import Engine
+
+from synth_pipelines.control.policy_updates import PolicyUpdate, run_updates
+
+_STEP_FIELDS = (
+    "learning_rate",
+    "loss",
+    "grad_norm",
+    "entropy",
+    "kl_sample_train_v1",
+    "kl_sample_train_v2",
+    "sampling_sec",
+    "forward_backward_sec",
+    "optim_step_sec",
+)
+
+
+def _row(update: PolicyUpdate) -> dict:
+    metrics = update.metrics
+    stepped = bool(metrics.get("optimizer_step"))
+    return {
+        "batch": update.batch,
+        "batch_index": update.batch_index,
+        "status": update.status,
+        "sampler": metrics.get("sampler", ""),
+        "attempts": metrics.get("attempts", 0),
+        "assessed": metrics.get("assessed", 0),
+        "reward_mean": metrics.get("reward_mean", 0.0),
+        "reward_std": metrics.get("reward_std", 0.0),
+        "groups": metrics.get("groups", 0),
+        "groups_used": metrics.get("groups_used", 0),
+        "groups_dropped": metrics.get("groups_dropped", {}),
+        "attempts_excluded": metrics.get("attempts_excluded", {}),
+        "frac_mixed": metrics.get("frac_mixed", 0.0),
+        "frac_all_good": metrics.get("frac_all_good", 0.0),
+        "frac_all_bad": metrics.get("frac_all_bad", 0.0),
+        "datums": update.datums,
+        "action_tokens_per_turn": metrics.get("action_tokens_per_turn", 0.0),
+        "observation_tokens_per_turn": metrics.get("observation_tokens_per_turn", 0.0),
+        "turns_per_attempt": metrics.get("turns_per_attempt", 0.0),
+        "optimizer_step": stepped,
+        "no_step_reason": None if stepped else metrics.get("no_step_reason") or update.resolution,
+        **{name: metrics.get(name) for name in _STEP_FIELDS},
+    }
+
+
+def learning_rows(engine: Engine, run_id: str) -> list[dict]:
+    """One row per batch whose update is recorded, in batch order."""
+    return [_row(update) for update in run_updates(engine, run_id)]
+
+
+def learning_warnings(rows: list[dict]) -> list[str]:
+    return [
+        f"batch {row['batch_index']} applied no optimizer step: {row['no_step_reason']}"
+        for row in rows
+        if row["status"] == "acknowledged" and not row["optimizer_step"]
+    ]
+
+
+def _number(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def learning_table(rows: list[dict]) -> Table:
+    table = Table(
+        "batch",
+        "reward (std)",
+        "mixed/good/bad",
+        "groups used",
+        "datums",
+        "step",
+        "lr",
+        "loss",
+        "grad norm",
+        "entropy",
+        "kl v1 / v2",
+        "sample/fwd-bwd/optim s",
+        title="learning per batch",
+    )
+    for row in rows:
+        dropped = ", ".join(f"{n} {why}" for why, n in row["groups_dropped"].items())
+        timing = "/".join(
+            _number(row[name], ".0f")
+            for name in ("sampling_sec", "forward_backward_sec", "optim_step_sec")
+        )
+        table.add_row(
+            str(row["batch_index"]),
+            f"{row['reward_mean']:.3f} ({row['reward_std']:.3f})",
+            f"{row['frac_mixed']:.2f}/{row['frac_all_good']:.2f}/{row['frac_all_bad']:.2f}",
+            f"{row['groups_used']}/{row['groups']}" + (f" ({dropped})" if dropped else ""),
+            str(row["datums"]),
+            "yes"
+            if row["optimizer_step"]
+            else ("pending" if row["status"] != "acknowledged" else "NO"),
+            _number(row["learning_rate"], ".0e"),
+            _number(row["loss"], ".4f"),
+            _number(row["grad_norm"], ".3f"),
+            _number(row["entropy"], ".3f"),
+            f"{_number(row['kl_sample_train_v1'], '.5f')} / "
+            f"{_number(row['kl_sample_train_v2'], '.5f')}",
+            timing,
+        )
+    return table
