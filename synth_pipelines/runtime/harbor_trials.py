@@ -23,6 +23,7 @@ from synth_pipelines.contracts.profile import PinnedProfile, Profile
 from synth_pipelines.contracts.trial import TrialOutcome
 from synth_pipelines.judging.verifier import IMPORT_PATH as JUDGE_VERIFIER
 from synth_pipelines.runtime.trial_records import archive_trial, directory_digest, read_rationale
+from synth_pipelines.sandbox.verification import isolate_verification
 from synth_pipelines.storage.objectstore import ObjectRef, ObjectStore
 
 LOCAL_ENVIRONMENT = "synth_pipelines.sandbox.bwrap:BwrapEnvironment"
@@ -220,6 +221,7 @@ async def run_attempt(
     trial = await Trial.create(
         trial_config(attempt, actor, settings, trials_dir, verify=verify, judge=judge)
     )
+    isolate_verification(trial)
     result = await trial.run()
     ref = archive_trial(
         store, trial_dir, f"runs/{attempt.run_id}/trials/{attempt.attempt_id}/{result.id}.tar.gz"

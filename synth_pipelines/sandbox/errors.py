@@ -48,3 +48,8 @@ class SandboxUserError(ValueError):
 
 class SandboxStorageError(RuntimeError):
     """The size-limited filesystem for the sandbox's writable state could not be set up."""
+
+
+class SandboxCleanupError(RuntimeError):
+    """Part of a stopped sandbox could not be removed (a process that survives SIGKILL,
+    a cgroup that stays busy); the sandbox is quarantined instead (`quarantine.py`)."""

@@ -18,13 +18,12 @@ import threading
 CHUNK = 65536
 
 
-def _listen_inside(netns: str, port: int) -> socket.socket:
+def _listen_inside(namespace_fd: int, port: int) -> socket.socket:
     result: dict[str, socket.socket | BaseException] = {}
 
     def create() -> None:
         try:
-            with open(netns) as namespace:
-                os.setns(namespace.fileno(), os.CLONE_NEWNET)
+            os.setns(namespace_fd, os.CLONE_NEWNET)
             listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             listener.bind(("127.0.0.1", port))
@@ -56,8 +55,9 @@ async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 
 class SandboxRoute:
-    def __init__(self, netns: str, inside_port: int, target_host: str, target_port: int):
-        self.netns = netns
+    def __init__(self, namespace_fd: int, inside_port: int, target_host: str, target_port: int):
+        """`namespace_fd`: the sandbox's network namespace, or a pidfd of a process in it."""
+        self.namespace_fd = namespace_fd
         self.inside_port = inside_port
         self.target = (target_host, target_port)
         self._server: asyncio.Server | None = None
@@ -68,7 +68,7 @@ class SandboxRoute:
         return f"http://127.0.0.1:{self.inside_port}"
 
     async def open(self) -> None:
-        listener = await asyncio.to_thread(_listen_inside, self.netns, self.inside_port)
+        listener = await asyncio.to_thread(_listen_inside, self.namespace_fd, self.inside_port)
         self._server = await asyncio.start_server(self._relay, sock=listener)
 
     async def _relay(self, inside_reader, inside_writer) -> None:
