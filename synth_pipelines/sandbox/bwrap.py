@@ -55,6 +55,7 @@ from synth_pipelines.sandbox.errors import (
     SandboxPathError,
     SandboxStorageError,
     SandboxUserError,
+    TaskDefinitionError,
     UnsupportedTaskError,
 )
 from synth_pipelines.sandbox.filesystem import (
@@ -201,7 +202,10 @@ class BwrapEnvironment(BaseEnvironment):
             writable_top(workdir, task=task, why="WORKDIR")
         for step in recipe.copies:
             writable_top(step.destination, task=task, why=f"COPY destination (line {step.line})")
-            resolve_sources(step, self.environment_dir)
+            try:
+                resolve_sources(step, self.environment_dir)
+            except (FileNotFoundError, PermissionError) as error:
+                raise TaskDefinitionError(task, str(error)) from None
         if self.task_env_config.workdir:
             writable_top(
                 PurePosixPath(self.task_env_config.workdir), task=task, why="[environment].workdir"
