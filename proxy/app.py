@@ -51,6 +51,7 @@ from proxy.model_registry import ModelRegistry, TinkerRoute
 from proxy.openapi import error_responses, install_openapi, json_request_body
 from proxy.prefix_cache import CacheScope
 from proxy.request_body import json_body
+from proxy.revocations import RevokedTokens
 from proxy.worker_calls import CallRecord, ErrorResult, Finished, Prepared, WorkerConfig
 from proxy.workers import CallWorkers
 from synth_pipelines.control.database import engine_for
@@ -91,6 +92,7 @@ class ProxyState:
     metrics: ProxyMetrics
     generation: asyncio.Semaphore
     counting: asyncio.Semaphore
+    revocations: RevokedTokens
 
 
 def _error_response(error: ProxyError) -> JSONResponse:
@@ -145,6 +147,8 @@ def create_app(config: ProxyConfig) -> FastAPI:
         # No worker runs yet, so an incomplete staged call is one whose response never
         # completed (the proxy stopped while sampling it).
         spool.discard_incomplete()
+        # Before the workers fork: they inherit the engine (and the tables exist by then).
+        engine = engine_for(config.database_url)
         workers = CallWorkers(
             WorkerConfig(
                 registry_json=config.registry.to_json(),
@@ -158,7 +162,6 @@ def create_app(config: ProxyConfig) -> FastAPI:
         worker_calls.preload(config.registry, [entry.id for entry in config.registry.entries()][:1])
         await workers.start()
         warming = asyncio.ensure_future(workers.freeze())
-        engine = engine_for(config.database_url)
         store = open_object_store(config.objects_url, endpoint_url=config.s3_endpoint_url)
         reporter = DagsterReporter() if config.report_to_dagster else None
         publisher = EvidencePublisher(
@@ -177,12 +180,15 @@ def create_app(config: ProxyConfig) -> FastAPI:
             metrics=ProxyMetrics(),
             generation=asyncio.Semaphore(config.generation_limit),
             counting=asyncio.Semaphore(config.count_limit),
+            revocations=RevokedTokens(engine),
         )
         try:
             await warming
+            await asyncio.to_thread(state.revocations.refresh)
         except BaseException:
             workers.shutdown()
             raise
+        following = asyncio.create_task(state.revocations.follow())
         state.capture.start()
         # Everything loaded so far lives as long as the server; full collections skip it.
         gc.freeze()
@@ -191,6 +197,7 @@ def create_app(config: ProxyConfig) -> FastAPI:
         try:
             yield
         finally:
+            following.cancel()
             state.capture.stop()
             workers.shutdown()
             if reporter is not None:
@@ -306,6 +313,7 @@ def create_app(config: ProxyConfig) -> FastAPI:
             state.workers.tell(worker, "abandon", call_id)
             raise
         record = CallRecord(
+            token_id=claims.token_id,
             run_id=claims.run_id,
             batch=claims.batch,
             attempt_id=claims.attempt_id,

@@ -115,7 +115,35 @@ def mint_token(
     trial_id: str | None = None,
     sampling_seed: int | None = None,
 ) -> str:
-    claims = TokenClaims(
+    claims = new_claims(
+        run_id=run_id,
+        attempt_id=attempt_id,
+        owner=owner,
+        model=model,
+        ttl_sec=ttl_sec,
+        role=role,
+        batch=batch,
+        trial_id=trial_id,
+        sampling_seed=sampling_seed,
+    )
+    return sign_claims(key, claims)
+
+
+def new_claims(
+    *,
+    run_id: str,
+    attempt_id: str,
+    owner: str,
+    model: str,
+    ttl_sec: int,
+    role: str = "actor",
+    batch: str | None = None,
+    trial_id: str | None = None,
+    sampling_seed: int | None = None,
+) -> TokenClaims:
+    """The claims of a new token, valid for `ttl_sec` from now, with an id of its own
+    (what revocation names)."""
+    return TokenClaims(
         run_id=run_id,
         attempt_id=attempt_id,
         owner=owner,
@@ -127,6 +155,9 @@ def mint_token(
         expires_at=int(time.time()) + ttl_sec,
         token_id=uuid.uuid4().hex,
     )
+
+
+def sign_claims(key: bytes, claims: TokenClaims) -> str:
     body = _b64(claims.model_dump_json().encode())
     signature = _b64(hmac.new(key, body.encode(), hashlib.sha256).digest())
     return f"{PREFIX}{body}.{signature}"

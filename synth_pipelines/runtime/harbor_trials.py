@@ -11,6 +11,7 @@ from datetime import UTC
 from pathlib import Path
 
 from harbor import Trial, TrialConfig
+from harbor.models.task.task import Task
 from harbor.models.trial.config import AgentConfig, EnvironmentConfig, VerifierConfig
 from harbor.models.trial.config import TaskConfig as TrialTaskConfig
 from harbor.models.trial.result import TrialResult
@@ -83,7 +84,9 @@ def environment_config(settings: ExecutionSettings, *profiles: Profile) -> Envir
 
 
 def agent_config(actor: Actor, attempt: AttemptContext, settings: ExecutionSettings) -> AgentConfig:
-    timeout = settings.timeouts.agent_sec
+    # The timeout Harbor enforces (the plan's, else the task's), which also bounds the
+    # life of the attempt's scoped token.
+    timeout = settings.timeouts.agent_sec or Task(attempt.task_dir).config.agent.timeout_sec
     if not actor.profile.launched:
         return AgentConfig(name=actor.profile.engine, override_timeout_sec=timeout)
     if actor.model is None:
