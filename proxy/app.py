@@ -52,6 +52,8 @@ from proxy.openapi import error_responses, install_openapi, json_request_body
 from proxy.prefix_cache import CacheScope
 from proxy.request_body import json_body
 from proxy.revocations import RevokedTokens
+from proxy.sandbox_listener import SandboxListenerGate
+from proxy.token_limits import TokenLimits
 from proxy.worker_calls import CallRecord, ErrorResult, Finished, Prepared, WorkerConfig
 from proxy.workers import CallWorkers
 from synth_pipelines.control.database import engine_for
@@ -93,10 +95,13 @@ class ProxyState:
     generation: asyncio.Semaphore
     counting: asyncio.Semaphore
     revocations: RevokedTokens
+    limits: TokenLimits
 
 
 def _error_response(error: ProxyError) -> JSONResponse:
-    return JSONResponse(error.response().model_dump(), status_code=error.status_code)
+    return JSONResponse(
+        error.response().model_dump(), status_code=error.status_code, headers=error.headers
+    )
 
 
 def _http_error_type(status_code: int) -> ErrorType:
@@ -113,7 +118,7 @@ _MESSAGE_RESPONSES = {
         "description": "The message; with `stream: true`, Anthropic's server-sent events",
         "content": {"text/event-stream": {"schema": {"type": "string"}}},
     },
-    **error_responses(400, 401, 403, 404, 413, 500, 529),
+    **error_responses(400, 401, 403, 404, 413, 429, 500, 529),
 }
 
 
@@ -171,9 +176,10 @@ def create_app(config: ProxyConfig) -> FastAPI:
             report=reporter,
             settle_sec=config.evidence_settle_sec,
         )
+        registry = config.registry.with_checkpoints(checkpoint_lookup(config.database_url))
         state = ProxyState(
             config=config,
-            registry=config.registry.with_checkpoints(checkpoint_lookup(config.database_url)),
+            registry=registry,
             signing_key=load_signing_key(config.signing_key_path),
             workers=workers,
             capture=CaptureSink(spool, publisher, config.publish_interval_sec),
@@ -181,6 +187,7 @@ def create_app(config: ProxyConfig) -> FastAPI:
             generation=asyncio.Semaphore(config.generation_limit),
             counting=asyncio.Semaphore(config.count_limit),
             revocations=RevokedTokens(engine),
+            limits=TokenLimits(registry),
         )
         try:
             await warming
@@ -252,14 +259,19 @@ def create_app(config: ProxyConfig) -> FastAPI:
     @app.post(
         "/v1/messages/count_tokens",
         response_model=CountTokensResponse,
-        responses=error_responses(400, 401, 404, 413),
+        responses=error_responses(400, 401, 404, 413, 429),
         openapi_extra=json_request_body(CountTokensRequest),
     )
-    async def count_tokens(request: Request, _who: Authenticated) -> JSONResponse:
+    async def count_tokens(request: Request, who: Authenticated) -> JSONResponse:
         state = get_state()
-        body = await json_body(request)
-        async with state.counting:
-            result = await state.workers.call(state.workers.choose(None), "count", body)
+        allowance = await state.limits.allowance(who.claims)
+        async with allowance.counting():
+            allowance.check()
+            body = await json_body(request, allowance.body_bytes, allowance.body_too_large)
+            async with state.counting:
+                result = await state.workers.call(state.workers.choose(None), "count", body)
+            if not isinstance(result, ErrorResult):
+                allowance.charge(result)
         if isinstance(result, ErrorResult):
             state.metrics.requests.labels("count_tokens", result.error_type).inc()
             raise result.exception()
@@ -286,15 +298,20 @@ def create_app(config: ProxyConfig) -> FastAPI:
     async def messages(request: Request, who: Authenticated) -> Response:
         state = get_state()
         received = time.monotonic()
-        body = await json_body(request)
-        agent_id, parent_agent_id, agent_type, session = _identity(request)
         claims = who.claims
+        allowance = await state.limits.allowance(claims)
+        agent_id, parent_agent_id, agent_type, session = _identity(request)
         scope = CacheScope(
             claims.owner, claims.token_id, claims.model, session or claims.attempt_id, agent_id
         )
         worker = state.workers.choose(scope)
         call_id = uuid.uuid4().hex
-        prepared = await state.workers.call(worker, "prepare", call_id, body, scope)
+        async with allowance.preparing():
+            allowance.check()
+            body = await json_body(request, allowance.body_bytes, allowance.body_too_large)
+            prepared = await state.workers.call(worker, "prepare", call_id, body, scope)
+            if not isinstance(prepared, ErrorResult):
+                allowance.charge(prepared.prompt_tokens - prepared.reused_prefix_tokens)
         if isinstance(prepared, ErrorResult):
             state.metrics.requests.labels("messages", prepared.error_type).inc()
             raise prepared.exception()
@@ -336,6 +353,7 @@ def create_app(config: ProxyConfig) -> FastAPI:
         return JSONResponse(message.model_dump(exclude_none=True))
 
     install_openapi(app, [MessagesRequest, CountTokensRequest])
+    app.add_middleware(SandboxListenerGate)
     return app
 
 

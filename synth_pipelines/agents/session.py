@@ -104,12 +104,17 @@ def model_limits(proxy_url: str, token: str, model: str) -> tuple[int, int]:
 
 
 async def _route(environment: BaseEnvironment, proxy_url: str) -> str:
-    """The proxy's address as seen from inside the environment."""
+    """The proxy's address as seen from inside the environment: a local sandbox gets a
+    route to the proxy's listener for sandboxes (which serves only the model routes)
+    when the proxy runs on this host, else to its URL."""
     open_route = getattr(environment, "open_route", None)
     if open_route is None:
         return proxy_url
+    sandboxes = settings().proxy_sandbox_socket
+    if sandboxes.is_socket():
+        return await open_route(SANDBOX_PROXY_PORT, sandboxes)
     address = urlparse(proxy_url)
-    return await open_route(SANDBOX_PROXY_PORT, address.hostname, address.port or 80)
+    return await open_route(SANDBOX_PROXY_PORT, (address.hostname, address.port or 80))
 
 
 async def run_profile(

@@ -74,7 +74,7 @@ from synth_pipelines.sandbox.limits import (
 )
 from synth_pipelines.sandbox.namespace import SYSTEM_PATH, TERMINATE_DEADLINE_SEC, SandboxInit
 from synth_pipelines.sandbox.quarantine import quarantine
-from synth_pipelines.sandbox.route import SandboxRoute
+from synth_pipelines.sandbox.route import RouteTarget, SandboxRoute
 from synth_pipelines.sandbox.seccomp import filter_program
 from synth_pipelines.sandbox.storage import (
     IMAGE_NAME,
@@ -322,11 +322,12 @@ class BwrapEnvironment(BaseEnvironment):
                 self.environment_name,
             )
 
-    async def open_route(self, inside_port: int, target_host: str, target_port: int) -> str:
-        """Make `target_host:target_port` on the host reachable from inside the sandbox
-        at 127.0.0.1:`inside_port`, and nothing else; returns the URL to use inside."""
+    async def open_route(self, inside_port: int, target: RouteTarget) -> str:
+        """Make `target` on the host (a Unix socket, or a host and port) reachable from
+        inside the sandbox at 127.0.0.1:`inside_port`, and nothing else; returns the URL
+        to use inside."""
         init = self._running_init()
-        route = SandboxRoute(init.pidfd, inside_port, target_host, target_port)
+        route = SandboxRoute(init.pidfd, inside_port, target)
         await route.open()
         self._routes.append(route)
         return route.url

@@ -1,5 +1,6 @@
 """The one network route a sandbox may have: a port on its own loopback that reaches
-exactly one address on the host (the capture proxy).
+exactly one address on the host (the capture proxy's listener for sandboxes, a Unix
+socket; or a TCP address).
 
 The listening socket is created by a short-lived thread that has joined the sandbox's
 network namespace, so it exists only inside the sandbox; connections accepted on it are
@@ -14,6 +15,7 @@ import contextlib
 import os
 import socket
 import threading
+from pathlib import Path
 
 CHUNK = 65536
 
@@ -54,12 +56,16 @@ async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
             writer.close()
 
 
+RouteTarget = Path | tuple[str, int]
+"""A Unix socket, or a (host, port) on the host."""
+
+
 class SandboxRoute:
-    def __init__(self, namespace_fd: int, inside_port: int, target_host: str, target_port: int):
+    def __init__(self, namespace_fd: int, inside_port: int, target: RouteTarget):
         """`namespace_fd`: the sandbox's network namespace, or a pidfd of a process in it."""
         self.namespace_fd = namespace_fd
         self.inside_port = inside_port
-        self.target = (target_host, target_port)
+        self.target = target
         self._server: asyncio.Server | None = None
         self._relays: set[asyncio.Task] = set()
 
@@ -73,7 +79,10 @@ class SandboxRoute:
 
     async def _relay(self, inside_reader, inside_writer) -> None:
         try:
-            host_reader, host_writer = await asyncio.open_connection(*self.target)
+            if isinstance(self.target, Path):
+                host_reader, host_writer = await asyncio.open_unix_connection(self.target)
+            else:
+                host_reader, host_writer = await asyncio.open_connection(*self.target)
         except OSError:
             inside_writer.close()
             return
