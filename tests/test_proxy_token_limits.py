@@ -71,7 +71,9 @@ def test_a_flood_of_count_tokens_from_one_token_does_not_starve_another(state):
                 running.result()
 
     assert {status for status, _, _ in victims} == {200}
-    assert max(took for _, _, took in victims) < 5, victims
+    # The victim's small counts take ~0.2 s under the flood (before: up to 4.5 s in this
+    # test, 24 s in the report's four 8 MB requests in flight).
+    assert max(took for _, _, took in victims) < 2, victims
     too_large = [error for status, error, _ in answers if status == 413]
     assert too_large and all(e["error"]["type"] == "request_too_large" for e in too_large)
     assert f"over this token's limit of {limit} bytes" in too_large[0]["error"]["message"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import marshal
 import os
 import shlex
 import shutil
@@ -180,9 +181,9 @@ class SandboxInit:
             "cwd": cwd,
             "env": dict(env),
             "command": command,
-            "seccomp": seccomp.hex(),
+            "seccomp": seccomp,
         }
-        argv = [sys.executable, "-I", "-S", str(LAUNCHER), json.dumps(spec)]
+        argv = [sys.executable, "-I", "-S", str(LAUNCHER), marshal.dumps(spec).hex()]
         return Entry(argv=argv, pass_fds=(self.pidfd, self.root_fd))
 
     @property
