@@ -14,7 +14,6 @@ import logging
 import time
 
 from sqlalchemy import Engine
-from sqlalchemy.exc import SQLAlchemyError
 
 from synth_pipelines.control.token_revocations import revocations_after
 
@@ -52,10 +51,11 @@ class RevokedTokens:
             del self._revoked[token_id]
 
     async def follow(self) -> None:
-        """Refresh until cancelled; a database that is briefly unreachable is retried."""
+        """Refresh until cancelled; a failed read is logged and retried (a background
+        task that ended would leave this copy stale, with only the workers' checks)."""
         while True:
             try:
                 await asyncio.to_thread(self.refresh)
-            except SQLAlchemyError as error:
-                log.warning("could not read token revocations, retrying: %s", error)
+            except Exception:
+                log.exception("could not read token revocations; retrying")
             await asyncio.sleep(REFRESH_INTERVAL_SEC)

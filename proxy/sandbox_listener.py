@@ -14,8 +14,11 @@ controller that opens routes) can connect to it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -27,8 +30,10 @@ MODEL_ROUTES = ("/v1/messages", "/v1/messages/count_tokens", "/v1/models")
 MAX_SOCKET_PATH = 107
 
 
-def bind_sandbox_socket(path: Path) -> socket.socket:
-    """A listening Unix socket at `path`, replacing one a stopped proxy left."""
+@contextmanager
+def sandbox_socket(path: Path) -> Iterator[socket.socket]:
+    """A listening Unix socket at `path` (replacing one a killed proxy left), removed
+    again when the proxy is done with it, unless another proxy has taken the path."""
     if len(os.fsencode(path)) > MAX_SOCKET_PATH:
         raise ValueError(
             f"the proxy's sandbox socket path {path} is longer than {MAX_SOCKET_PATH} bytes; "
@@ -36,11 +41,17 @@ def bind_sandbox_socket(path: Path) -> socket.socket:
         )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.unlink(missing_ok=True)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(path))
-    path.chmod(0o600)
-    listener.listen(128)
-    return listener
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(str(path))
+        path.chmod(0o600)
+        bound = path.stat().st_ino
+        listener.listen(128)
+        try:
+            yield listener
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                if path.stat().st_ino == bound:
+                    path.unlink()
 
 
 def _model_route(path: str) -> bool:

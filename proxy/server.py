@@ -10,7 +10,7 @@ import uvicorn
 
 from proxy.app import ProxyConfig, create_app
 from proxy.model_registry import ModelRegistry
-from proxy.sandbox_listener import bind_sandbox_socket
+from proxy.sandbox_listener import sandbox_socket
 from synth_pipelines.config import Settings
 
 DEFAULT_WORKERS = min(8, (os.cpu_count() or 1) + 1)
@@ -46,7 +46,6 @@ def serve(config: Settings, *, workers: int = DEFAULT_WORKERS) -> None:
     """Serve operators at `proxy_url` and sandboxes at `proxy_sandbox_socket`."""
     address = urlparse(config.proxy_url)
     operators = socket.create_server((address.hostname or "127.0.0.1", address.port or 8200))
-    sandboxes = bind_sandbox_socket(config.proxy_sandbox_socket)
     server = uvicorn.Server(
         uvicorn.Config(
             create_app(proxy_config(config, workers=workers)),
@@ -54,4 +53,5 @@ def serve(config: Settings, *, workers: int = DEFAULT_WORKERS) -> None:
             timeout_graceful_shutdown=5,
         )
     )
-    server.run(sockets=[operators, sandboxes])
+    with operators, sandbox_socket(config.proxy_sandbox_socket) as sandboxes:
+        server.run(sockets=[operators, sandboxes])

@@ -17,7 +17,7 @@ from fastapi import FastAPI
 
 from proxy.app import ProxyConfig, create_app
 from proxy.credentials import load_signing_key, mint_token
-from proxy.sandbox_listener import bind_sandbox_socket
+from proxy.sandbox_listener import sandbox_socket
 from synth_pipelines.config import settings
 from synth_pipelines.tinker_local.app import create_app as create_model_service
 from synth_pipelines.tinker_local.server import serving
@@ -124,8 +124,10 @@ def capture_proxy(model_url: str, *, workers: int = 1) -> Iterator[Proxy]:
         report_to_dagster=False,
         publish_interval_sec=0.2,
     )
-    sandboxes = bind_sandbox_socket(config.proxy_sandbox_socket)
-    with serving(create_app(proxy_config), extra_sockets=[sandboxes]) as url:
+    with (
+        sandbox_socket(config.proxy_sandbox_socket) as sandboxes,
+        serving(create_app(proxy_config), extra_sockets=[sandboxes]) as url,
+    ):
         yield Proxy(url, proxy_config, config.proxy_sandbox_socket)
 
 

@@ -61,7 +61,10 @@ def revocations_after(engine: Engine, sequence: int) -> list[Revocation]:
     expired yet (an expired token is refused anyway), in order."""
     query = (
         select(
-            token_revocations.c.sequence, token_revocations.c.token_id, token_revocations.c.reason
+            token_revocations.c.sequence,
+            token_revocations.c.token_id,
+            token_revocations.c.reason,
+            token_revocations.c.expires_at,
         )
         .where(token_revocations.c.sequence > sequence)
         .where(token_revocations.c.expires_at >= int(time.time()))
