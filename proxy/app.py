@@ -52,6 +52,9 @@ from proxy.model_registry import ModelRegistry, TinkerRoute
 from proxy.openapi import error_responses, install_openapi, json_request_body
 from proxy.prefix_cache import CacheScope
 from proxy.request_body import json_body
+from proxy.revocations import RevokedTokens
+from proxy.sandbox_listener import SandboxListenerGate
+from proxy.token_limits import TokenLimits
 from proxy.worker_calls import CallRecord, ErrorResult, Finished, Prepared, WorkerConfig
 from proxy.workers import CallWorkers
 from synth_pipelines.contracts.scoped_token import TokenClaims
@@ -103,6 +106,8 @@ class ProxyState:
     generation: asyncio.Semaphore
     counting: asyncio.Semaphore
     engine: Engine
+    revocations: RevokedTokens
+    limits: TokenLimits
 
     async def record_fault(self, claims: TokenClaims | None, error: ProxyError) -> None:
         """Durably, before the error response goes out: the runtime reads it once the
@@ -122,7 +127,9 @@ class ProxyState:
 
 
 def _error_response(error: ProxyError) -> JSONResponse:
-    return JSONResponse(error.response().model_dump(), status_code=error.status_code)
+    return JSONResponse(
+        error.response().model_dump(), status_code=error.status_code, headers=error.headers
+    )
 
 
 def _http_error_type(status_code: int) -> ErrorType:
@@ -139,7 +146,7 @@ _MESSAGE_RESPONSES = {
         "description": "The message; with `stream: true`, Anthropic's server-sent events",
         "content": {"text/event-stream": {"schema": {"type": "string"}}},
     },
-    **error_responses(400, 401, 403, 404, 413, 500, 529),
+    **error_responses(400, 401, 403, 404, 413, 429, 500, 529),
 }
 
 
@@ -174,6 +181,8 @@ def create_app(config: ProxyConfig) -> FastAPI:
         # No worker runs yet, so an incomplete staged call is one whose response never
         # completed (the proxy stopped while sampling it).
         spool.discard_incomplete()
+        # Before the workers fork: they inherit the engine (and the tables exist by then).
+        engine = engine_for(config.database_url)
         workers = CallWorkers(
             WorkerConfig(
                 registry_json=config.registry.to_json(),
@@ -188,7 +197,6 @@ def create_app(config: ProxyConfig) -> FastAPI:
         worker_calls.preload(config.registry, [entry.id for entry in config.registry.entries()][:1])
         await workers.start()
         warming = asyncio.ensure_future(workers.freeze())
-        engine = engine_for(config.database_url)
         store = open_object_store(config.objects_url, endpoint_url=config.s3_endpoint_url)
         reporter = DagsterReporter() if config.report_to_dagster else None
         publisher = EvidencePublisher(
@@ -198,9 +206,10 @@ def create_app(config: ProxyConfig) -> FastAPI:
             report=reporter,
             settle_sec=config.evidence_settle_sec,
         )
+        registry = config.registry.with_checkpoints(checkpoint_lookup(config.database_url))
         state = ProxyState(
             config=config,
-            registry=config.registry.with_checkpoints(checkpoint_lookup(config.database_url)),
+            registry=registry,
             signing_key=load_signing_key(config.signing_key_path),
             workers=workers,
             capture=CaptureSink(spool, publisher, config.publish_interval_sec),
@@ -208,12 +217,16 @@ def create_app(config: ProxyConfig) -> FastAPI:
             generation=asyncio.Semaphore(config.generation_limit),
             counting=asyncio.Semaphore(config.count_limit),
             engine=engine,
+            revocations=RevokedTokens(engine),
+            limits=TokenLimits(registry),
         )
         try:
             await warming
+            await asyncio.to_thread(state.revocations.refresh)
         except BaseException:
             workers.shutdown()
             raise
+        following = asyncio.create_task(state.revocations.follow())
         state.capture.start()
         # Everything loaded so far lives as long as the server; full collections skip it.
         gc.freeze()
@@ -222,6 +235,7 @@ def create_app(config: ProxyConfig) -> FastAPI:
         try:
             yield
         finally:
+            following.cancel()
             state.capture.stop()
             workers.shutdown()
             if reporter is not None:
@@ -277,14 +291,19 @@ def create_app(config: ProxyConfig) -> FastAPI:
     @app.post(
         "/v1/messages/count_tokens",
         response_model=CountTokensResponse,
-        responses=error_responses(400, 401, 404, 413),
+        responses=error_responses(400, 401, 404, 413, 429),
         openapi_extra=json_request_body(CountTokensRequest),
     )
-    async def count_tokens(request: Request, _who: Authenticated) -> JSONResponse:
+    async def count_tokens(request: Request, who: Authenticated) -> JSONResponse:
         state = get_state()
-        body = await json_body(request)
-        async with state.counting:
-            result = await state.workers.call(state.workers.choose(None), "count", body)
+        allowance = await state.limits.allowance(who.claims)
+        async with allowance.counting():
+            allowance.check()
+            body = await json_body(request, allowance.body_bytes, allowance.body_too_large)
+            async with state.counting:
+                result = await state.workers.call(state.workers.choose(None), "count", body)
+            if not isinstance(result, ErrorResult):
+                allowance.charge(result)
         if isinstance(result, ErrorResult):
             state.metrics.requests.labels("count_tokens", result.error_type).inc()
             raise result.exception()
@@ -311,15 +330,20 @@ def create_app(config: ProxyConfig) -> FastAPI:
     async def messages(request: Request, who: Authenticated) -> Response:
         state = get_state()
         received = time.monotonic()
-        body = await json_body(request)
-        agent_id, parent_agent_id, agent_type, session = _identity(request)
         claims = who.claims
+        allowance = await state.limits.allowance(claims)
+        agent_id, parent_agent_id, agent_type, session = _identity(request)
         scope = CacheScope(
             claims.owner, claims.token_id, claims.model, session or claims.attempt_id, agent_id
         )
         worker = state.workers.choose(scope)
         call_id = uuid.uuid4().hex
-        prepared = await state.workers.call(worker, "prepare", call_id, body, scope)
+        async with allowance.preparing():
+            allowance.check()
+            body = await json_body(request, allowance.body_bytes, allowance.body_too_large)
+            prepared = await state.workers.call(worker, "prepare", call_id, body, scope)
+            if not isinstance(prepared, ErrorResult):
+                allowance.charge(prepared.prompt_tokens - prepared.reused_prefix_tokens)
         if isinstance(prepared, ErrorResult):
             state.metrics.requests.labels("messages", prepared.error_type).inc()
             raise prepared.exception()
@@ -338,6 +362,7 @@ def create_app(config: ProxyConfig) -> FastAPI:
             state.workers.tell(worker, "abandon", call_id)
             raise
         record = CallRecord(
+            token_id=claims.token_id,
             run_id=claims.run_id,
             batch=claims.batch,
             attempt_id=claims.attempt_id,
@@ -349,6 +374,7 @@ def create_app(config: ProxyConfig) -> FastAPI:
             agent_type=agent_type,
             native_session_id=session,
             sampling_seed=claims.sampling_seed,
+            sampling_temperature=claims.sampling_temperature,
             received=received,
         )
         call = _Call(state, worker, call_id, prepared, entry.backend, record, claims)
@@ -360,6 +386,7 @@ def create_app(config: ProxyConfig) -> FastAPI:
         return JSONResponse(message.model_dump(exclude_none=True))
 
     install_openapi(app, [MessagesRequest, CountTokensRequest])
+    app.add_middleware(SandboxListenerGate)
     return app
 
 

@@ -10,6 +10,7 @@ from fastapi import Depends, Request
 from proxy.credentials import TokenInvalidError, TokenScopeError, check_model, verify_token
 from proxy.errors import ProxyError
 from proxy.model_registry import CheckpointModel
+from proxy.revocations import revoked_message
 from synth_pipelines.contracts.scoped_token import TokenClaims
 
 
@@ -48,12 +49,16 @@ async def caller(request: Request) -> Caller:
             "x-api-key header is required (or Authorization: Bearer <token>); "
             "mint one with `synth proxy token`",
         )
+    state = request.app.state.proxy
     try:
-        claims = verify_token(request.app.state.proxy.signing_key, token)
+        claims = verify_token(state.signing_key, token)
     except TokenInvalidError as error:
         raise ProxyError("authentication_error", str(error)) from None
     # Kept on the request so that a refusal further on can be recorded against the attempt.
     request.state.claims = claims
+    revoked = state.revocations.reason(claims.token_id)
+    if revoked is not None:
+        raise ProxyError("authentication_error", revoked_message(revoked))
     return Caller(claims)
 
 

@@ -114,8 +114,39 @@ def mint_token(
     batch: str | None = None,
     trial_id: str | None = None,
     sampling_seed: int | None = None,
+    sampling_temperature: float | None = None,
 ) -> str:
-    claims = TokenClaims(
+    claims = new_claims(
+        run_id=run_id,
+        attempt_id=attempt_id,
+        owner=owner,
+        model=model,
+        ttl_sec=ttl_sec,
+        role=role,
+        batch=batch,
+        trial_id=trial_id,
+        sampling_seed=sampling_seed,
+        sampling_temperature=sampling_temperature,
+    )
+    return sign_claims(key, claims)
+
+
+def new_claims(
+    *,
+    run_id: str,
+    attempt_id: str,
+    owner: str,
+    model: str,
+    ttl_sec: int,
+    role: str = "actor",
+    batch: str | None = None,
+    trial_id: str | None = None,
+    sampling_seed: int | None = None,
+    sampling_temperature: float | None = None,
+) -> TokenClaims:
+    """The claims of a new token, valid for `ttl_sec` from now, with an id of its own
+    (what revocation names)."""
+    return TokenClaims(
         run_id=run_id,
         attempt_id=attempt_id,
         owner=owner,
@@ -124,9 +155,13 @@ def mint_token(
         batch=batch,
         trial_id=trial_id,
         sampling_seed=sampling_seed,
+        sampling_temperature=sampling_temperature,
         expires_at=int(time.time()) + ttl_sec,
         token_id=uuid.uuid4().hex,
     )
+
+
+def sign_claims(key: bytes, claims: TokenClaims) -> str:
     body = _b64(claims.model_dump_json().encode())
     signature = _b64(hmac.new(key, body.encode(), hashlib.sha256).digest())
     return f"{PREFIX}{body}.{signature}"

@@ -47,10 +47,14 @@ class ErrorResponse(BaseModel):
 class ProxyError(Exception):
     """A request the proxy refuses, carried up to the HTTP layer as Anthropic's error body."""
 
-    def __init__(self, error_type: ErrorType, message: str) -> None:
+    def __init__(
+        self, error_type: ErrorType, message: str, *, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.error_type: ErrorType = error_type
         self.message = message
+        self.headers = headers or {}
+        """Response headers that go with the refusal (`retry-after` for a 429)."""
 
     @property
     def status_code(self) -> int:

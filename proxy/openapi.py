@@ -22,7 +22,10 @@ _ERRORS: dict[int, str] = {
     401: "authentication_error: no scoped token, or one that is invalid or expired",
     403: "permission_error: the token may not use this model or endpoint",
     404: "not_found_error: the model is not served here",
-    413: "request_too_large: the body is over 32 MiB",
+    413: "request_too_large: the body is over the token's limit (16 bytes per token of its "
+    "model's context, at least 1 MiB, at most 32 MiB)",
+    429: "rate_limit_error: the token has had its limit of tokens tokenized this minute "
+    "(64 of its model's context windows); `retry-after` says when to retry",
     500: "api_error: the model service failed this call",
     529: "overloaded_error: the model service is overloaded",
 }

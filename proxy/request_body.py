@@ -2,10 +2,13 @@
 
 The Messages endpoints hand the body to a worker process undecoded, so what is checked here
 is only what must be settled before the bytes are taken in: the declared media type, and the
-size, which caps the memory one request can hold in the server process.
+size (the caller's token's limit, `token_limits.py`, never more than Anthropic's own), which
+caps the memory and the work one request can cost.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from fastapi import Request
 
@@ -35,17 +38,20 @@ def _check_media_type(request: Request) -> None:
         )
 
 
-async def json_body(request: Request) -> bytes:
-    """The body's bytes; a wrong media type is a 400 and an oversized body a 413, unread."""
+async def json_body(request: Request, limit: int, too_large: Callable[[str], ProxyError]) -> bytes:
+    """The body's bytes; a wrong media type is a 400, and a body over `limit` (or over
+    `MAX_BODY_BYTES`) the 413 `too_large` makes of its size, unread."""
     _check_media_type(request)
+    if limit > MAX_BODY_BYTES:
+        limit, too_large = MAX_BODY_BYTES, _too_large
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise _too_large(declared)
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large(declared)
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise _too_large(f"more than {MAX_BODY_BYTES}")
+        if size > limit:
+            raise too_large(f"more than {limit}")
         chunks.append(chunk)
     return b"".join(chunks)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import socket
 from urllib.parse import urlparse
 
 import uvicorn
 
 from proxy.app import ProxyConfig, create_app
 from proxy.model_registry import ModelRegistry
+from proxy.sandbox_listener import sandbox_socket
 from synth_pipelines.config import Settings
 
 DEFAULT_WORKERS = min(8, (os.cpu_count() or 1) + 1)
@@ -41,11 +43,15 @@ def proxy_config(config: Settings, *, workers: int = DEFAULT_WORKERS) -> ProxyCo
 
 
 def serve(config: Settings, *, workers: int = DEFAULT_WORKERS) -> None:
+    """Serve operators at `proxy_url` and sandboxes at `proxy_sandbox_socket`."""
     address = urlparse(config.proxy_url)
-    uvicorn.run(
-        create_app(proxy_config(config, workers=workers)),
-        host=address.hostname or "127.0.0.1",
-        port=address.port or 8200,
-        log_level="warning",
-        timeout_graceful_shutdown=5,
+    operators = socket.create_server((address.hostname or "127.0.0.1", address.port or 8200))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(proxy_config(config, workers=workers)),
+            log_level="warning",
+            timeout_graceful_shutdown=5,
+        )
     )
+    with operators, sandbox_socket(config.proxy_sandbox_socket) as sandboxes:
+        server.run(sockets=[operators, sandboxes])

@@ -38,11 +38,14 @@ from proxy.messages import (
 )
 from proxy.model_registry import ModelRegistry, TinkerRoute
 from proxy.prefix_cache import CacheScope, PrefixCache
+from proxy.revocations import revoked_message
 from proxy.sampler import TinkerSampler
 from proxy.thinking_signature import omit_thinking
 from synth_pipelines.contracts.interaction import Interaction
+from synth_pipelines.control.database import engine_for
+from synth_pipelines.control.token_revocations import revocation_reason
 from synth_pipelines.evidence import staged_call
-from synth_pipelines.evidence.spool import Spool
+from synth_pipelines.evidence.spool import Spool, StagedPrompt
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,8 @@ class Prepared:
 class CallRecord:
     """Who made the call and when it reached the server, for its evidence."""
 
+    token_id: str
+    """Checked for revocation right before the call's evidence is staged."""
     run_id: str
     batch: str | None
     attempt_id: str
@@ -77,6 +82,7 @@ class CallRecord:
     agent_type: str | None
     native_session_id: str | None
     sampling_seed: int | None
+    sampling_temperature: float | None
     received: float
     """`time.monotonic()` in the server process; CLOCK_MONOTONIC is one clock machine-wide."""
 
@@ -115,6 +121,7 @@ class _Pending:
 
 @dataclass
 class _WorkerState:
+    database_url: str
     registry: ModelRegistry
     cache: PrefixCache
     spool: Spool
@@ -132,6 +139,7 @@ _state: _WorkerState | None = None
 def init_worker(config: WorkerConfig) -> None:
     global _state
     _state = _WorkerState(
+        database_url=config.database_url,
         registry=ModelRegistry.from_json(config.registry_json).with_checkpoints(
             checkpoint_lookup(config.database_url)
         ),
@@ -217,6 +225,8 @@ async def complete(call_id: str, route: TinkerRoute, record: CallRecord) -> Fini
     params = call.params
     if record.sampling_seed is not None:
         params = params.model_copy(update={"seed": call_seed(record, call_index)})
+    if record.sampling_temperature is not None:
+        params = params.model_copy(update={"temperature": record.sampling_temperature})
     sample_started = time.perf_counter()
     try:
         sample = await state.sampler.sample(route, call.rendered.tokens, params)
@@ -263,6 +273,7 @@ async def complete(call_id: str, route: TinkerRoute, record: CallRecord) -> Fini
         call_index=call_index,
         model=call.request.model,
         sampler=sample.sampler,
+        temperature=params.temperature,
         prompt_tokens=call.rendered.tokens,
         completion_tokens=sample.tokens[:kept],
         logprobs=sample.logprobs[:kept],
@@ -280,13 +291,34 @@ async def complete(call_id: str, route: TinkerRoute, record: CallRecord) -> Fini
         created_at=datetime.now(UTC),
     )
     try:
-        await asyncio.to_thread(state.spool.stage_completion, await staging, interaction)
+        revoked = await asyncio.to_thread(
+            _stage_unless_revoked, state, await staging, interaction, record.token_id
+        )
     except OSError as error:
         return ErrorResult(
             "api_error",
             f"the proxy could not stage this call's evidence, so it is refused: {error}",
         )
+    if revoked is not None:
+        return ErrorResult(
+            "authentication_error",
+            f"{revoked_message(revoked)}; it ended while this call was in flight, so "
+            "nothing of the call is recorded",
+        )
     return Finished(message=message, kept_tokens=kept, sample_ms=sample_ms)
+
+
+def _stage_unless_revoked(
+    state: _WorkerState, staged: StagedPrompt, interaction: Interaction, token_id: str
+) -> str | None:
+    """Complete the call's staged evidence, unless its token was revoked meanwhile (the
+    attempt ended): then discard it; returns the revocation's reason."""
+    reason = revocation_reason(engine_for(state.database_url), token_id)
+    if reason is not None:
+        state.spool.discard(staged)
+        return reason
+    state.spool.stage_completion(staged, interaction)
+    return None
 
 
 def cancel(call_id: str) -> None:

@@ -195,9 +195,12 @@ class CallWorkers:
         for index, (_, worker) in enumerate(pairs):
             runner: multiprocessing.process.BaseProcess | threading.Thread
             if self.processes > 0:
+                # Every end but its own is closed in the worker: were another worker to
+                # hold this one's end, the server would never see this one die.
+                others = [end for pair in pairs for end in pair if end is not worker]
                 runner = multiprocessing.get_context("fork").Process(
                     target=_serve,
-                    args=(worker, self.config, servers, True),
+                    args=(worker, self.config, others, True),
                     name=f"proxy-worker-{index}",
                     daemon=True,
                 )

@@ -95,6 +95,12 @@ class Settings(BaseSettings):
         return self.state_dir / "proxy-signing.key"
 
     @property
+    def proxy_sandbox_socket(self) -> Path:
+        """Where the capture proxy serves sandboxes (only the model routes), beside
+        `proxy_url`, which operators use (`proxy/sandbox_listener.py`)."""
+        return self.state_dir / "proxy-sandbox.sock"
+
+    @property
     def work_dir(self) -> Path:
         """Scratch space for trial directories and sandboxes; never authoritative."""
         return self.state_dir / "work"

@@ -37,6 +37,7 @@ def interaction(
         call_index=call_index,
         model=MODEL,
         sampler=MODEL,
+        temperature=1.0,
         prompt_tokens=prompt_tokens if prompt_tokens is not None else list(range(1000, 1600)),
         completion_tokens=[9707, 151645],
         logprobs=[-0.25, -0.5],

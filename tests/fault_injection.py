@@ -108,6 +108,7 @@ def captured_call(run_id: str, batch: str, attempt_id: str, index: int) -> Inter
         call_index=index,
         model="synth/qwen3-tiny",
         sampler="synth/qwen3-tiny",
+        temperature=1.0,
         prompt_tokens=[1, 2, 3],
         completion_tokens=[4, 5],
         logprobs=[-0.5, -0.25],

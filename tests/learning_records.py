@@ -38,6 +38,7 @@ def call(
         call_index=index,
         model=sampler,
         sampler=sampler,
+        temperature=1.0,
         prompt_tokens=prompt,
         completion_tokens=completion,
         logprobs=logprobs,

@@ -17,6 +17,7 @@ from fastapi import FastAPI
 
 from proxy.app import ProxyConfig, create_app
 from proxy.credentials import load_signing_key, mint_token
+from proxy.sandbox_listener import sandbox_socket
 from synth_pipelines.config import settings
 from synth_pipelines.tinker_local.app import create_app as create_model_service
 from synth_pipelines.tinker_local.server import serving
@@ -46,6 +47,8 @@ def set_script(model_url: str, entries: list[dict]) -> None:
 class Proxy:
     url: str
     config: ProxyConfig
+    sandbox_socket: Path | None = None
+    """The listener sandboxes' routes reach: the model routes only."""
 
     def token(
         self,
@@ -57,6 +60,7 @@ class Proxy:
         batch: str | None = None,
         ttl: int = 600,
         sampling_seed: int | None = None,
+        sampling_temperature: float | None = None,
     ) -> str:
         return mint_token(
             load_signing_key(self.config.signing_key_path),
@@ -68,6 +72,7 @@ class Proxy:
             role=role,
             batch=batch,
             sampling_seed=sampling_seed,
+            sampling_temperature=sampling_temperature,
         )
 
     def flush(self) -> dict:
@@ -124,8 +129,11 @@ def capture_proxy(
         publish_interval_sec=0.2,
         backend_timeout_sec=backend_timeout_sec,
     )
-    with serving(create_app(proxy_config)) as url:
-        yield Proxy(url, proxy_config)
+    with (
+        sandbox_socket(config.proxy_sandbox_socket) as sandboxes,
+        serving(create_app(proxy_config), extra_sockets=[sandboxes]) as url,
+    ):
+        yield Proxy(url, proxy_config, config.proxy_sandbox_socket)
 
 
 def claude_code() -> Path:

@@ -17,6 +17,7 @@ from harbor.models.trial.result import TrialResult
 from synth_pipelines.config import settings
 from synth_pipelines.sandbox.bwrap import BwrapEnvironment
 from synth_pipelines.sandbox.limits import PARENT_NAME, detect_hierarchy
+from synth_pipelines.sandbox.verification import isolate_verification
 
 IMPORT_PATH = "synth_pipelines.sandbox.bwrap:BwrapEnvironment"
 DOCKERFILE = "FROM python:3.12-slim\nWORKDIR /app\nCOPY seed.txt /app/\nENV GREETING=hello\n"
@@ -31,7 +32,7 @@ name = "synth/{name}"
 timeout_sec = 60
 
 [verifier]
-environment_mode = "separate"
+environment_mode = "{verifier_mode}"
 timeout_sec = 60
 {extra}
 """
@@ -55,12 +56,16 @@ def make_task(
     extra_toml: str = "",
     solve_sh: str = SOLVE_SH,
     test_sh: str = TEST_SH,
+    verifier_mode: str = "separate",
 ) -> Path:
-    """A separate-verifier task whose oracle writes /app/hello.txt and whose test checks it."""
+    """A task (separate verifier unless asked) whose oracle writes /app/hello.txt and
+    whose test checks it."""
     task = root / name
     for folder in ("environment", "tests", "solution"):
         (task / folder).mkdir(parents=True)
-    (task / "task.toml").write_text(TASK_TOML.format(name=name, extra=extra_toml))
+    (task / "task.toml").write_text(
+        TASK_TOML.format(name=name, extra=extra_toml, verifier_mode=verifier_mode)
+    )
     (task / "instruction.md").write_text("Write hello into /app/hello.txt.\n")
     (task / "environment" / "Dockerfile").write_text(dockerfile)
     (task / "environment" / "seed.txt").write_text("seed\n")
@@ -102,6 +107,7 @@ def sandbox_cgroups(name: str) -> list[Path]:
 
 
 def run_trial(task: Path, trials_dir: Path, agent: str, **config) -> TrialResult:
+    """A Harbor trial on the sandbox, as the platform runs one (`runtime/harbor_trials.py`)."""
     trial_config = TrialConfig(
         task=TaskConfig(path=task),
         trials_dir=trials_dir,
@@ -112,6 +118,7 @@ def run_trial(task: Path, trials_dir: Path, agent: str, **config) -> TrialResult
 
     async def run() -> TrialResult:
         trial = await Trial.create(trial_config)
+        isolate_verification(trial)
         return await trial.run()
 
     return asyncio.run(run())

@@ -152,6 +152,20 @@ def test_task_file_linking_out_of_the_task_is_refused(state, tmp_path):
     assert_nothing_recorded(state)
 
 
+@pytest.mark.parametrize(
+    ("source", "reason"),
+    [("../outside.txt", "resolves outside the build context"), ("missing.txt", "is not in")],
+)
+def test_task_copying_what_its_build_context_lacks_is_refused(state, tmp_path, source, reason):
+    """Such a task used to publish, then fail every attempt (and its whole batch)."""
+    task = task_dir(tmp_path / "ds")
+    (task / "outside.txt").write_text("outside\n")
+    dockerfile = task / "environment" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text() + f"COPY {source} /app/\n")
+    assert_refused(publish(tmp_path / "ds"), "Dockerfile", source, reason)
+    assert_nothing_recorded(state)
+
+
 def test_task_directory_linking_out_of_the_dataset_is_refused(state, tmp_path):
     outside = task_dir(tmp_path / "elsewhere")
     (tmp_path / "ds").mkdir()

@@ -5,6 +5,11 @@ the bwrap sandbox, the scoped route to a real capture proxy, the scripted model
 service). The model tells the agent to run a probe that the task ships; the probe tries
 each attack from inside the sandbox and writes what happened to its log, which the
 trial downloads. Each test below reads one attack's outcome and names what blocked it.
+Among them are the escapes that once worked (host sysctls, the kernel keyring, a user
+namespace to block teardown with, replaying the token after the run, oversized
+`count_tokens`, the operator pages through the route); the shared-verifier forgery and
+the broken Dockerfile have tests of their own (`test_shared_verifier_isolation.py`,
+`test_attempt_preparation_failures.py`).
 
 Unit-level proofs of the same mechanisms live in the sandbox tests
 (`test_sandbox_filesystem.py`, `test_sandbox_network.py`, `test_sandbox_limits.py`,
@@ -14,6 +19,7 @@ tests prove them end to end from an agent's trial.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
@@ -24,18 +30,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import httpx
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
-from proxy.credentials import PREFIX
+from proxy.credentials import PREFIX, load_signing_key, verify_token
+from synth_pipelines.agents.session import TOKEN_GRACE_SEC
 from synth_pipelines.config import settings
 from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.contracts.run_spec import DatasetPin, RunRequest
+from synth_pipelines.contracts.scoped_token import TokenClaims
 from synth_pipelines.contracts.trial import TrialOutcome
 from synth_pipelines.control.database import control_engine, engine_for
 from synth_pipelines.control.runs import accept_run
-from synth_pipelines.control.schema import evidence_chunks
+from synth_pipelines.control.schema import evidence_calls, evidence_chunks
 from synth_pipelines.registry.datasets import get_dataset
+from synth_pipelines.sandbox.userns import HOST_ID_BASE
 from tests.agent_runs import profile_document, publish, restored_trial, run_batches, trial_outcomes
 from tests.conftest import PROJECT_ROOT, SAMPLE_DATASET
 from tests.live_services import MODEL, platform, set_script
@@ -50,10 +60,17 @@ STORAGE_MB = 32
 PIDS_MAX = 128
 PROBE_PATH = "/app/hostile_probe.py"
 REPORT_PATH = "/logs/agent/hostile.json"
+TOKEN_COPY = "/logs/artifacts/token.txt"
+OPERATOR_PAGES = ["/metrics", "/openapi.json", "/docs", "/redoc"]
+# Written back with the value each already has: a write that went through would change
+# nothing, and it must not go through.
+HOST_SYSCTLS = ["kernel/core_pattern", "kernel/pid_max", "vm/overcommit_memory"]
+AGENT_TIMEOUT_SEC = 120  # the sample task's [agent].timeout_sec
 
 # Runs inside the sandbox with the host's system python3: standard library only.
 HOSTILE_PROBE = r"""
-import base64, json, os, socket, subprocess, sys, urllib.error, urllib.request
+import base64, http.client, json, os, socket, subprocess, sys
+import urllib.error, urllib.parse, urllib.request
 
 targets = json.load(open("/app/targets.json"))
 report = {}
@@ -105,6 +122,8 @@ def post(path, body, key, headers=None):
             return {"status": response.status, "body": response.read().decode()}
     except urllib.error.HTTPError as error:
         return {"status": error.code, "body": error.read().decode()}
+    except OSError as error:
+        return {"status": None, "body": f"{type(error).__name__}: {error}"}
 
 
 def ask(model, **extra):
@@ -133,6 +152,61 @@ report["claimed_attempt"] = post(
     },
 )
 report["operator_flush"] = post("/internal/evidence/flush", {}, token)
+
+
+def get(path):
+    try:
+        with urllib.request.urlopen(base.rstrip("/") + path, timeout=30) as response:
+            return {"status": response.status, "body": response.read(2000).decode()}
+    except urllib.error.HTTPError as error:
+        return {"status": error.code, "body": error.read().decode()}
+    except OSError as error:
+        return {"status": None, "body": f"{type(error).__name__}: {error}"}
+
+
+report["operator_pages"] = {path: get(path) for path in targets["operator_pages"]}
+# An 8 MB count_tokens body, declared: the proxy must refuse it before reading any of it.
+address = urllib.parse.urlsplit(base)
+connection = http.client.HTTPConnection(address.hostname, address.port, timeout=60)
+connection.putrequest("POST", "/v1/messages/count_tokens")
+for name, value in (("content-type", "application/json"), ("x-api-key", token),
+                    ("content-length", str(8 * 2**20))):
+    connection.putheader(name, value)
+connection.endheaders()
+answer = connection.getresponse()
+report["huge_count"] = {"status": answer.status, "body": answer.read().decode()}
+connection.close()
+with open(targets["token_copy"], "w") as copy:
+    copy.write(token)
+
+report["sysctls"] = {}
+for name in targets["sysctls"]:
+    path = f"/proc/sys/{name}"
+    try:
+        current = open(path).read()
+        with open(path, "w") as sysctl:
+            sysctl.write(current)
+        report["sysctls"][name] = "written"
+    except OSError as error:
+        report["sysctls"][name] = f"{type(error).__name__}: {error.strerror}"
+report["uid_map"] = open("/proc/self/uid_map").read().split()
+report["seccomp"] = [
+    line.split()[1] for line in open("/proc/self/status") if line.startswith("Seccomp:")
+]
+report["add_key"] = run(
+    "import ctypes\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "seccomp = ctypes.CDLL('libseccomp.so.2')\n"
+    "add_key = seccomp.seccomp_syscall_resolve_name(b'add_key')\n"
+    f"key = libc.syscall(add_key, b'user', {targets['key_description']!r}.encode(), b'x', 1, -4)\n"
+    "print(key, ctypes.get_errno())\n"
+)
+cgroupfs = subprocess.run(
+    ["unshare", "--user", "--map-root-user", "--mount", "--cgroup", "sh", "-c",
+     "mkdir -p /tmp/h && mount -t cgroup -o pids none /tmp/h && mkdir /tmp/h/x"],
+    capture_output=True, text=True,
+)
+report["cgroupfs"] = {"returncode": cgroupfs.returncode, "stderr": cgroupfs.stderr[-500:]}
 
 report["memory"] = run("blocks = []\nwhile True: blocks.append(b'x' * (32 * 2**20))")
 report["pids"] = run(
@@ -169,6 +243,11 @@ class HostileRun:
     host_files: dict[str, Path]
     evidence_attempts: set[str]
     trial_text: str
+    token_claims: TokenClaims
+    replay: httpx.Response
+    evidence_calls_before_replay: int
+    evidence_calls_after_replay: int
+    key_description: str
 
 
 def listener() -> socket.socket:
@@ -263,6 +342,10 @@ def hostile(tmp_path_factory) -> Iterator[HostileRun]:
                 "victim_attempt": VICTIM_ATTEMPT,
                 "token_prefix": PREFIX,
                 "report_path": REPORT_PATH,
+                "token_copy": TOKEN_COPY,
+                "operator_pages": OPERATOR_PAGES,
+                "sysctls": HOST_SYSCTLS,
+                "key_description": f"hostile-key-{secrets.token_hex(4)}",
             }
             for port in ports.values():
                 socket.create_connection(("127.0.0.1", port), timeout=3).close()
@@ -279,14 +362,22 @@ def hostile(tmp_path_factory) -> Iterator[HostileRun]:
             proxy.flush()
             (outcome,) = trial_outcomes(run)
             restored = restored_trial(outcome, root / "restored")
-            with control_engine().connect() as conn:
-                attempts = set(
-                    conn.execute(
-                        select(evidence_chunks.c.attempt_id).where(
-                            evidence_chunks.c.run_id == run.run_id
-                        )
-                    ).scalars()
-                )
+            attempts = evidence_attempts(run.run_id)
+            # The token the agent left in its artifacts, replayed from the host after the run.
+            token = (restored / "artifacts" / TOKEN_COPY.lstrip("/")).read_text()
+            before = evidence_call_count(outcome.attempt_id)
+            replay = httpx.post(
+                f"{proxy.url}/v1/messages",
+                json={
+                    "model": MODEL,
+                    "max_tokens": 8,
+                    "messages": [{"role": "user", "content": "hi"}],
+                },
+                headers={"x-api-key": token},
+                timeout=60,
+            )
+            proxy.flush()
+            after = evidence_call_count(outcome.attempt_id)
         report_file = restored / "agent" / "hostile.json"
         assert report_file.exists(), f"the probe wrote no report; trial: {outcome}"
         trial_text = "\n".join(
@@ -299,9 +390,30 @@ def hostile(tmp_path_factory) -> Iterator[HostileRun]:
             host_files=files,
             evidence_attempts=attempts,
             trial_text=trial_text,
+            token_claims=verify_token(load_signing_key(settings().signing_key_path), token),
+            replay=replay,
+            evidence_calls_before_replay=before,
+            evidence_calls_after_replay=after,
+            key_description=targets["key_description"],
         )
         settings.cache_clear()
         engine_for.cache_clear()
+
+
+def evidence_attempts(run_id: str) -> set[str]:
+    with control_engine().connect() as conn:
+        return set(
+            conn.execute(
+                select(evidence_chunks.c.attempt_id).where(evidence_chunks.c.run_id == run_id)
+            ).scalars()
+        )
+
+
+def evidence_call_count(attempt_id: str) -> int:
+    with control_engine().connect() as conn:
+        return conn.execute(
+            select(func.count()).where(evidence_calls.c.attempt_id == attempt_id)
+        ).scalar_one()
 
 
 def test_filesystem_view_hides_host_files_outside_the_sandbox_mounts(hostile):
@@ -370,9 +482,12 @@ def test_claiming_another_attempt_in_headers_or_body_records_evidence_under_its_
 
 
 def test_actor_token_cannot_use_operator_endpoints(hostile):
-    """Flushing evidence needs the operator role; the attempt's token has the actor role."""
+    """The sandbox's route reaches only the model routes: the operator endpoints are not
+    there at all (and on the proxy's own address they need the operator role, which the
+    attempt's token does not have: `test_proxy_credentials.py`)."""
     result = hostile.report["operator_flush"]
-    assert result["status"] == 403, result
+    assert result["status"] == 404, result
+    assert "not served to sandboxes" in result["body"]
 
 
 def test_memory_exhaustion_is_killed_by_the_sandbox_memory_cgroup(hostile):
@@ -395,3 +510,57 @@ def test_disk_exhaustion_fails_with_enospc_on_the_sandbox_storage_filesystem(hos
     assert result["returncode"] != 0
     assert "No space left on device" in result["stderr"]
     assert result["filled_bytes"] <= STORAGE_MB * 2**20
+
+
+def test_host_sysctls_refuse_even_their_current_value(hostile):
+    """Root inside is an unprivileged host uid, and /proc/sys is read-only: writing
+    `|cmd` to kernel.core_pattern, then crashing, used to run cmd as host root."""
+    assert hostile.report["uid_map"][:3] == ["0", str(HOST_ID_BASE), "65536"]
+    for name, result in hostile.report["sysctls"].items():
+        assert result.startswith("OSError: Read-only file system"), (name, result)
+
+
+def test_kernel_keyrings_are_out_of_reach(hostile):
+    """add_key used to land in host root's keyring, readable by later sandboxes."""
+    assert hostile.report["seccomp"] == ["2"]
+    key, error = hostile.report["add_key"]["stdout"].split()
+    assert (int(key), int(error)) == (-1, errno.EPERM)
+    assert hostile.key_description not in Path("/proc/keys").read_text()
+
+
+def test_no_user_namespace_so_no_cgroupfs_to_block_teardown(hostile):
+    """A new user namespace, cgroupfs mounted in it and a cgroup made under the
+    command's leaf used to make teardown fail, and every later start with it."""
+    result = hostile.report["cgroupfs"]
+    assert result["returncode"] != 0
+    assert "unshare failed: Operation not permitted" in result["stderr"], result
+    assert hostile.outcome.exception_type is None, hostile.outcome.exception_message
+
+
+def test_the_token_lives_for_the_agent_timeout_and_is_revoked_when_the_attempt_ends(hostile):
+    """It used to live 4200 s for this 120 s task, and replayed after the run it sampled
+    and recorded evidence for the ended attempt."""
+    claims = hostile.token_claims
+    lifetime = AGENT_TIMEOUT_SEC + TOKEN_GRACE_SEC
+    started, finished = hostile.outcome.started_at, hostile.outcome.finished_at
+    assert started.timestamp() + lifetime - 1 <= claims.expires_at
+    assert claims.expires_at <= finished.timestamp() + lifetime + 1
+    assert hostile.replay.status_code == 401, hostile.replay.text
+    error = hostile.replay.json()["error"]
+    assert error["type"] == "authentication_error"
+    assert f"revoked (attempt {hostile.outcome.attempt_id} has ended)" in error["message"]
+    assert hostile.evidence_calls_after_replay == hostile.evidence_calls_before_replay
+
+
+def test_a_count_tokens_body_past_the_tokens_limit_is_refused_unread(hostile):
+    """8 MB bodies used to be counted in full (4.2M tokens), starving other attempts."""
+    result = hostile.report["huge_count"]
+    assert result["status"] == 413, result
+    assert "request_too_large" in result["body"] and "this token's limit" in result["body"]
+
+
+def test_operator_pages_are_not_served_through_the_sandbox_route(hostile):
+    """/metrics, /openapi.json and /docs used to answer through the route, token-free."""
+    for path, result in hostile.report["operator_pages"].items():
+        assert result["status"] == 404, (path, result)
+        assert "not served to sandboxes" in result["body"], path

@@ -12,7 +12,8 @@ from urllib.parse import urlparse
 import httpx
 import pytest
 
-from proxy.request_body import MAX_BODY_BYTES
+from proxy.model_registry import ModelRegistry
+from proxy.token_limits import Allowance
 from synth_pipelines.config import settings
 from synth_pipelines.control.database import engine_for
 from tests.conftest import PROJECT_ROOT
@@ -217,7 +218,8 @@ def test_huge_chunked_body_is_a_413_and_memory_stays_bounded(proxy):
         timeout=60,
     )
     grown = _rss_bytes() - before
-    assert_refused(response, 413, "request_too_large", str(MAX_BODY_BYTES))
+    limit = Allowance(MODEL, ModelRegistry().get(MODEL).context_window).body_bytes
+    assert_refused(response, 413, "request_too_large", f"this token's limit of {limit} bytes")
     assert sent[0] == 50 * chunk
     # The server holds at most the limit: never the 50 MB body, nor a joined copy of it.
     assert grown < 50 * chunk, f"the server process grew by {grown} bytes"

@@ -91,6 +91,7 @@ def _interaction(n: int) -> Interaction:
         call_index=n,
         model=MODEL,
         sampler=MODEL,
+        temperature=1.0,
         prompt_tokens=[1, 2, 3],
         completion_tokens=[4],
         logprobs=[-0.5],

@@ -8,7 +8,7 @@ import tarfile
 import pytest
 from sandbox_support import isolated_state, make_environment, make_task
 
-from synth_pipelines.sandbox.errors import UnsupportedTaskError
+from synth_pipelines.sandbox.errors import TaskDefinitionError, UnsupportedTaskError
 
 
 @pytest.fixture(autouse=True)
@@ -39,6 +39,21 @@ def test_unsupported_dockerfile_is_refused_naming_task_line_and_alternative(
     assert "line 3" in message
     assert reason in message
     assert "docker" in message
+
+
+@pytest.mark.parametrize(
+    ("source", "reason"),
+    [("../outside.txt", "resolves outside the build context"), ("missing.txt", "is not in")],
+)
+def test_copy_of_what_the_build_context_lacks_is_a_broken_task(tmp_path, source, reason):
+    """It used to escape as a FileNotFoundError from the constructor."""
+    dockerfile = f"FROM python:3.12-slim\nCOPY {source} /app/\n"
+    task = make_task(tmp_path, "broken-copy", dockerfile=dockerfile)
+    (task / "outside.txt").write_text("outside\n")
+    with pytest.raises(TaskDefinitionError, match=reason) as refused:
+        make_environment(task, tmp_path / "trial")
+    assert "'broken-copy' cannot be prepared" in str(refused.value)
+    assert "line 2" in str(refused.value)
 
 
 def test_prebuilt_image_without_dockerfile_is_refused(tmp_path):

@@ -35,7 +35,7 @@ def test_route_reaches_its_target_and_no_other_host_port(tmp_path):
         environment = make_environment(make_task(tmp_path), tmp_path / "trial")
         await environment.start(force_build=False)
         try:
-            url = await environment.open_route(8765, "127.0.0.1", target_port)
+            url = await environment.open_route(8765, ("127.0.0.1", target_port))
             routed = await environment.exec(PROBE.format(port=8765))
             direct = await environment.exec(PROBE.format(port=other_port))
             same_port = await environment.exec(PROBE.format(port=target_port))
@@ -57,10 +57,34 @@ def test_route_listener_does_not_exist_on_the_host(tmp_path):
         environment = make_environment(make_task(tmp_path), tmp_path / "trial")
         await environment.start(force_build=False)
         try:
-            await environment.open_route(8766, "127.0.0.1", 9)
+            await environment.open_route(8766, ("127.0.0.1", 9))
             with socket.socket() as probe:
                 return probe.connect_ex(("127.0.0.1", 8766))
         finally:
             await environment.stop(delete=True)
 
     assert asyncio.run(scenario()) != 0
+
+
+def test_route_reaches_a_unix_socket_on_the_host(tmp_path):
+    """How a sandbox reaches the proxy's listener for sandboxes."""
+
+    async def scenario():
+        async def answer(reader, writer):
+            writer.write(b"pong:" + await reader.read(100))
+            await writer.drain()
+            writer.close()
+
+        path = tmp_path / "target.sock"
+        target = await asyncio.start_unix_server(answer, path)
+        environment = make_environment(make_task(tmp_path), tmp_path / "trial")
+        await environment.start(force_build=False)
+        try:
+            await environment.open_route(8767, path)
+            return await environment.exec(PROBE.format(port=8767))
+        finally:
+            await environment.stop(delete=True)
+            target.close()
+
+    routed = asyncio.run(scenario())
+    assert routed.return_code == 0 and routed.stdout.strip() == "pong:ping"

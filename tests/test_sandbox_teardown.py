@@ -123,7 +123,8 @@ def test_sandbox_dies_with_the_process_that_started_it(tmp_path):
     assert killed_owner(tmp_path)
     orphan = sandbox_dirs()[0]
     assert (orphan / "lease").exists()
-    assert reclaim_orphans(orphan.parent, detect_hierarchy()) == [orphan]
+    (reclaimed,) = reclaim_orphans(orphan.parent, detect_hierarchy())
+    assert reclaimed.sandbox_dir == orphan and reclaimed.quarantine is None
 
 
 def test_the_next_sandbox_reclaims_what_a_killed_owner_left(tmp_path):

@@ -56,11 +56,15 @@ def training_dataset(tmp_path: Path) -> Path:
     return directory
 
 
-def accept_training(dataset_dir: Path, plan: dict, model: str | None = None) -> RunRecord:
+def accept_training(
+    dataset_dir: Path, plan: dict, model: str | None = None, profile: dict | None = None
+) -> RunRecord:
+    """A training run of the built-in profile (or `profile`) on the published directory."""
     engine = control_engine()
     store = open_object_store(settings().objects_url)
     dataset, _ = publish_dataset(engine, store, dataset_dir, "test/train", "v1", "tester")
-    profile = json.loads((PROJECT_ROOT / "profiles" / "builtin.json").read_text())
+    if profile is None:
+        profile = json.loads((PROJECT_ROOT / "profiles" / "builtin.json").read_text())
     request = RunRequest(
         owner=settings().owner,
         dataset=DatasetPin(

@@ -7,7 +7,9 @@ Prompts are short so small models can follow them. Tools: `bash` and `write_file
 loop ends when the model answers without a tool call, or at the step limit; a reply cut
 off at the token limit is continued.
 
-Usage: agent.py --model M [--max-steps N] [--max-tokens T] [--system TEXT]
+Usage: agent.py --model M [--max-steps N] [--max-tokens T] [--system TEXT] [--answer-file F]
+--answer-file writes the text of the last reply to F when the loop ends, for tasks that
+grade an answer rather than files.
 The instruction arrives on stdin (or as the last argument). ANTHROPIC_BASE_URL and
 ANTHROPIC_AUTH_TOKEN (or ANTHROPIC_API_KEY) route it through the capture proxy with the
 attempt's scoped token, as they route the `anthropic` SDK.
@@ -140,11 +142,22 @@ def main() -> int:
     parser.add_argument("--max-steps", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=512)
     parser.add_argument("--system", default=SYSTEM)
+    parser.add_argument("--answer-file")
     parser.add_argument("instruction", nargs="?")
     options = parser.parse_args()
+    status, answer = run(options)
+    if options.answer_file:
+        with open(options.answer_file, "w") as handle:
+            handle.write(answer)
+    return status
+
+
+def run(options: argparse.Namespace) -> tuple[int, str]:
+    """The agent loop: its exit status and the text of its last reply."""
     instruction = options.instruction if options.instruction is not None else sys.stdin.read()
     limit = int(os.environ.get("SYNTH_MAX_OUTPUT_TOKENS", options.max_tokens))
     messages: list[dict] = [{"role": "user", "content": instruction}]
+    answer = ""
     for step in range(1, options.max_steps + 1):
         try:
             reply = create_message(
@@ -159,12 +172,13 @@ def main() -> int:
             )
         except ModelCallError as error:
             log("model_error", step=step, error=str(error))
-            return 1
+            return 1, answer
         content = [
             {key: value for key, value in block.items() if value is not None}
             for block in reply.get("content", [])
         ]
         log("reply", step=step, stop_reason=reply.get("stop_reason"), content=content)
+        answer = "".join(block.get("text", "") for block in content if block.get("type") == "text")
         messages.append({"role": "assistant", "content": content or [{"type": "text", "text": ""}]})
         calls = [block for block in content if block.get("type") == "tool_use"]
         if calls:
@@ -186,9 +200,9 @@ def main() -> int:
             messages.append({"role": "user", "content": CONTINUE})
         else:
             log("done", steps=step)
-            return 0
+            return 0, answer
     log("step_limit", steps=options.max_steps)
-    return 0
+    return 0, answer
 
 
 if __name__ == "__main__":

@@ -5,10 +5,15 @@ It verifies the profile's digest, mints the attempt's scoped token, opens the sa
 single route to the proxy, asks the proxy for the bound model's limits, builds the launch
 with `build_launch`, records it (with runtime values as placeholders, so launches can be
 compared), and carries it out.
+
+The token lives as long as the run may (its timeout, plus `TOKEN_GRACE_SEC` for the
+proxy's clock), and is revoked as soon as the run ends, however it ends: a copy the
+harness left behind (in its logs, in the trial's artifacts) is refused from then on.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,9 +27,15 @@ from synth_pipelines.agents.execute import LaunchResult, execute_launch
 from synth_pipelines.agents.launch import Launch, RuntimeBindings, build_launch
 from synth_pipelines.config import settings
 from synth_pipelines.contracts.profile import PinnedProfile
+from synth_pipelines.contracts.scoped_token import TokenClaims
+from synth_pipelines.control.database import control_engine
+from synth_pipelines.control.token_revocations import revoke_token
 
 SANDBOX_PROXY_PORT = 8200
-TOKEN_GRACE_SEC = 600
+TOKEN_GRACE_SEC = 60
+UNBOUNDED_RUN_TOKEN_SEC = 3600
+"""A run without a timeout still gets a token that expires, should its revocation never come
+(the controlling process killed outright)."""
 
 
 class ModelUnavailableError(RuntimeError):
@@ -42,6 +53,7 @@ class AttemptIdentity:
     role: str = "actor"
     trial_id: str = ""
     sampling_seed: int | None = None
+    sampling_temperature: float | None = None
 
 
 @dataclass(frozen=True)
@@ -51,11 +63,16 @@ class LaunchOutcome:
     result: LaunchResult
 
 
-def mint_attempt_token(identity: AttemptIdentity, ttl_sec: int) -> str:
-    from proxy.credentials import load_signing_key, mint_token
+def token_lifetime(timeout_sec: float | None) -> int:
+    """How long an attempt's token may live: its run's timeout and a small margin."""
+    return int(timeout_sec or UNBOUNDED_RUN_TOKEN_SEC) + TOKEN_GRACE_SEC
 
-    return mint_token(
-        load_signing_key(settings().signing_key_path),
+
+def mint_attempt_token(identity: AttemptIdentity, ttl_sec: int) -> tuple[str, TokenClaims]:
+    """The attempt's token and its claims (whose `token_id` revocation names)."""
+    from proxy.credentials import load_signing_key, new_claims, sign_claims
+
+    claims = new_claims(
         run_id=identity.run_id,
         attempt_id=identity.attempt_id,
         owner=identity.owner,
@@ -65,7 +82,9 @@ def mint_attempt_token(identity: AttemptIdentity, ttl_sec: int) -> str:
         batch=identity.batch or None,
         trial_id=identity.trial_id or None,
         sampling_seed=identity.sampling_seed,
+        sampling_temperature=identity.sampling_temperature,
     )
+    return sign_claims(load_signing_key(settings().signing_key_path), claims), claims
 
 
 def model_limits(proxy_url: str, token: str, model: str) -> tuple[int, int]:
@@ -87,12 +106,17 @@ def model_limits(proxy_url: str, token: str, model: str) -> tuple[int, int]:
 
 
 async def _route(environment: BaseEnvironment, proxy_url: str) -> str:
-    """The proxy's address as seen from inside the environment."""
+    """The proxy's address as seen from inside the environment: a local sandbox gets a
+    route to the proxy's listener for sandboxes (which serves only the model routes)
+    when the proxy runs on this host, else to its URL."""
     open_route = getattr(environment, "open_route", None)
     if open_route is None:
         return proxy_url
+    sandboxes = settings().proxy_sandbox_socket
+    if sandboxes.is_socket():
+        return await open_route(SANDBOX_PROXY_PORT, sandboxes)
     address = urlparse(proxy_url)
-    return await open_route(SANDBOX_PROXY_PORT, address.hostname, address.port or 80)
+    return await open_route(SANDBOX_PROXY_PORT, (address.hostname, address.port or 80))
 
 
 async def run_profile(
@@ -105,10 +129,33 @@ async def run_profile(
     timeout_sec: float | None,
     log_dir: str = "/logs/agent",
 ) -> LaunchOutcome:
+    pinned.profile()  # refuses a profile whose digest does not match, before any token
+    token, claims = mint_attempt_token(identity, token_lifetime(timeout_sec))
+    try:
+        return await _run_with_token(
+            environment, pinned, instruction, identity, logs_dir, token, timeout_sec, log_dir
+        )
+    finally:
+        # In a thread, so that a cancelled run (its timeout) still gets here and the
+        # revocation completes even if this task is cancelled again while it waits.
+        await asyncio.to_thread(
+            revoke_token, control_engine(), claims, f"attempt {identity.attempt_id} has ended"
+        )
+
+
+async def _run_with_token(
+    environment: BaseEnvironment,
+    pinned: PinnedProfile,
+    instruction: str,
+    identity: AttemptIdentity,
+    logs_dir: Path,
+    token: str,
+    timeout_sec: float | None,
+    log_dir: str,
+) -> LaunchOutcome:
     profile = pinned.profile()
     runtime = engine_runtime(profile.engine)
     proxy_url = settings().proxy_url
-    token = mint_attempt_token(identity, int(timeout_sec or 3600) + TOKEN_GRACE_SEC)
     context_window, max_output = model_limits(proxy_url, token, identity.model)
     workdir = (await environment.exec("pwd")).stdout.strip() or "/"
     bindings = RuntimeBindings(

@@ -115,7 +115,7 @@ def claude(
         model=model,
         role="interactive",
     )
-    token = mint_attempt_token(identity, 12 * 3600)
+    token, _ = mint_attempt_token(identity, 12 * 3600)
     with user_errors(ModelUnavailableError):
         context_window, max_output = model_limits(config.proxy_url, token, model)
     env = {

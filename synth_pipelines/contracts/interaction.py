@@ -26,6 +26,8 @@ class Interaction(TableRow):
     call_index: int
     model: str
     sampler: str
+    temperature: float
+    """What the tokens were sampled at; their logprobs are the model's own (temperature 1)."""
     prompt_tokens: list[int]
     completion_tokens: list[int]
     logprobs: list[float]

@@ -68,6 +68,13 @@ class ExecutionSettings(StrictModel):
     environment: EnvironmentChoice = Field(default_factory=EnvironmentChoice)
     overrides: ResourceOverrides = Field(default_factory=ResourceOverrides)
     timeouts: Timeouts = Field(default_factory=Timeouts)
+    temperature: float | None = Field(
+        default=None,
+        ge=0,
+        le=2,
+        description="the actor's sampling temperature: every model call of the actor samples "
+        "at it, whatever its harness asks (None: as the harness asks)",
+    )
 
 
 class EvalPlan(ExecutionSettings):
@@ -103,7 +110,13 @@ class TrainPlan(ExecutionSettings):
     lora_rank: int = Field(default=8, ge=1, le=256)
     loss: Literal["importance_sampling", "ppo"] = "importance_sampling"
     max_tokens: int = Field(default=512, ge=1)
-    temperature: float = Field(default=1.0, ge=0)
+    temperature: float | None = Field(
+        default=1.0,
+        ge=0,
+        le=2,
+        description="the actor's sampling temperature for training; evaluate at the same "
+        "one to measure the policy that was trained",
+    )
     eligibility: Eligibility = Field(default_factory=Eligibility)
     continue_optimizer: bool = Field(
         default=False,

@@ -22,5 +22,8 @@ class TokenClaims(BaseModel):
     sampling_seed: int | None = Field(
         default=None, description="the run's seed; the proxy derives each call's from it"
     )
+    sampling_temperature: float | None = Field(
+        default=None, description="the run's temperature; it replaces the harness's own"
+    )
     expires_at: int = Field(description="Unix seconds")
     token_id: str

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import weakref
 from functools import lru_cache
 from pathlib import Path
 
@@ -33,6 +35,9 @@ def _configure_sqlite(engine: Engine) -> None:
         cursor.close()
 
 
+_engines: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
 @lru_cache(maxsize=8)
 def engine_for(url: str) -> Engine:
     if url.startswith("sqlite:///"):
@@ -42,7 +47,18 @@ def engine_for(url: str) -> Engine:
     else:
         engine = create_engine(url, pool_pre_ping=True)
     create_tables(engine)
+    _engines.add(engine)
     return engine
+
+
+def _forget_inherited_connections() -> None:
+    """A forked child (the proxy's workers) keeps its parent's engines but must not use
+    the connections the parent opened, which the parent goes on using: it opens its own."""
+    for engine in _engines:
+        engine.dispose(close=False)
+
+
+os.register_at_fork(after_in_child=_forget_inherited_connections)
 
 
 def create_tables(engine: Engine) -> None:

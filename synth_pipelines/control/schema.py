@@ -194,3 +194,16 @@ regrades = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Index("ix_regrades_run", "run_id"),
 )
+
+token_revocations = Table(
+    "token_revocations",
+    metadata,
+    # Increasing, so that a proxy reads only the revocations it has not seen yet.
+    Column("sequence", Integer, primary_key=True, autoincrement=True),
+    Column("token_id", String(64), nullable=False, unique=True),
+    Column("run_id", String(40), nullable=False),
+    Column("attempt_id", String(200), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("expires_at", BigInteger, nullable=False),
+    Column("revoked_at", DateTime(timezone=True), nullable=False),
+)

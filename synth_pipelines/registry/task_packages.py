@@ -21,6 +21,8 @@ from harbor.publisher.packager import Packager
 from pydantic import ValidationError
 
 from synth_pipelines.contracts.dataset import TaskRef
+from synth_pipelines.sandbox.dockerfile import context_sources
+from synth_pipelines.sandbox.filesystem import resolve_source
 from synth_pipelines.storage.objectstore import ObjectStore, sha256_hex
 
 
@@ -61,6 +63,20 @@ def load_task(task_dir: Path) -> Task:
         raise TaskFormatError(f"{task_dir}: {error}") from None
 
 
+def check_build_context(task: Task) -> None:
+    """Refuse a task whose Dockerfile copies what its build context does not hold (a
+    missing file, `COPY ../x`): no builder can prepare it, so it would fail every
+    attempt, long after publishing."""
+    dockerfile = task.paths.environment_dir / "Dockerfile"
+    if not dockerfile.is_file():
+        return
+    for source, line in context_sources(dockerfile):
+        try:
+            resolve_source(source, line, dockerfile.parent)
+        except (FileNotFoundError, PermissionError) as error:
+            raise TaskFormatError(f"{dockerfile}: {error}") from None
+
+
 def _archive(task_dir: Path, files: list[Path]) -> bytes:
     buffer = io.BytesIO()
     with (
@@ -78,6 +94,7 @@ def _archive(task_dir: Path, files: list[Path]) -> bytes:
 
 def package_task(task_dir: Path) -> TaskPackage:
     task = load_task(task_dir)
+    check_build_context(task)
     content_hash, files = Packager.compute_content_hash(task_dir)
     return TaskPackage(task.name, f"sha256:{content_hash}", _archive(task_dir.resolve(), files))
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import shutil
 import time
+import uuid
 from dataclasses import asdict, dataclass
 from datetime import UTC
 from pathlib import Path
 
 from harbor import Trial, TrialConfig
+from harbor.models.task.task import Task
 from harbor.models.trial.config import AgentConfig, EnvironmentConfig, VerifierConfig
 from harbor.models.trial.config import TaskConfig as TrialTaskConfig
 from harbor.models.trial.result import TrialResult
@@ -24,6 +26,7 @@ from synth_pipelines.contracts.trial import TrialOutcome
 from synth_pipelines.judging.verifier import IMPORT_PATH as JUDGE_VERIFIER
 from synth_pipelines.runtime.outcome_classes import classify
 from synth_pipelines.runtime.trial_records import archive_trial, directory_digest, read_rationale
+from synth_pipelines.sandbox.verification import isolate_verification
 from synth_pipelines.storage.objectstore import ObjectRef, ObjectStore
 
 LOCAL_ENVIRONMENT = "synth_pipelines.sandbox.bwrap:BwrapEnvironment"
@@ -82,7 +85,9 @@ def environment_config(settings: ExecutionSettings, *profiles: Profile) -> Envir
 
 
 def agent_config(actor: Actor, attempt: AttemptContext, settings: ExecutionSettings) -> AgentConfig:
-    timeout = settings.timeouts.agent_sec
+    # The timeout Harbor enforces (the plan's, else the task's), which also bounds the
+    # life of the attempt's scoped token.
+    timeout = settings.timeouts.agent_sec or Task(attempt.task_dir).config.agent.timeout_sec
     if not actor.profile.launched:
         return AgentConfig(name=actor.profile.engine, override_timeout_sec=timeout)
     if actor.model is None:
@@ -99,6 +104,7 @@ def agent_config(actor: Actor, attempt: AttemptContext, settings: ExecutionSetti
         model=actor.model,
         role=actor.profile.role,
         sampling_seed=settings.seed,
+        sampling_temperature=settings.temperature,
     )
     return AgentConfig(
         import_path=PROFILE_AGENT,
@@ -213,6 +219,56 @@ def outcome_from_result(
     )
 
 
+def unprepared_outcome(
+    attempt: AttemptContext,
+    actor: Actor,
+    error: Exception,
+    store: ObjectStore,
+    trial_dir: Path,
+    started: float,
+) -> TrialOutcome:
+    """The outcome of an attempt whose trial could not be created: failed, with the
+    reason in its record (`exception.txt`, as Harbor writes one) and in the row."""
+    trial_id = str(uuid.uuid4())
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    message = str(error)
+    (trial_dir / "exception.txt").write_text(f"{type(error).__name__}: {message}\n")
+    ref = archive_trial(
+        store, trial_dir, f"runs/{attempt.run_id}/trials/{attempt.attempt_id}/{trial_id}.tar.gz"
+    )
+    shutil.rmtree(trial_dir, ignore_errors=True)
+    error_class, error_reason = classify(
+        type(error).__name__, message, verified=False, reward_found=False
+    )
+    return TrialOutcome(
+        run_id=attempt.run_id,
+        batch=attempt.batch,
+        attempt_id=attempt.attempt_id,
+        group_index=attempt.group_index,
+        attempt_index=attempt.attempt_index,
+        task_position=attempt.task.position,
+        task_name=attempt.task.name,
+        task_digest=attempt.task.digest,
+        trial_name=attempt.attempt_id,
+        trial_id=trial_id,
+        actor_digest=actor.pinned.digest,
+        effective_model=actor.model,
+        status="failed",
+        rewards_json=None,
+        rationale=None,
+        error_class=error_class,
+        error_reason=error_reason,
+        exception_type=type(error).__name__,
+        exception_message=message[:2000],
+        trial_key=ref.key,
+        trial_sha256=ref.sha256,
+        artifacts_digest=None,
+        started_at=None,
+        finished_at=None,
+        duration_sec=time.monotonic() - started,
+    )
+
+
 async def run_attempt(
     attempt: AttemptContext,
     actor: Actor,
@@ -227,9 +283,15 @@ async def run_attempt(
     trial_dir = trials_dir / attempt.attempt_id
     shutil.rmtree(trial_dir, ignore_errors=True)
     started = time.monotonic()
-    trial = await Trial.create(
-        trial_config(attempt, actor, settings, trials_dir, verify=verify, judge=judge)
-    )
+    try:
+        trial = await Trial.create(
+            trial_config(attempt, actor, settings, trials_dir, verify=verify, judge=judge)
+        )
+    except Exception as error:
+        # The task's environment could not even be prepared (Harbor builds it while
+        # creating the trial): that fails this attempt, with its reason, not the batch.
+        return unprepared_outcome(attempt, actor, error, store, trial_dir, started)
+    isolate_verification(trial)
     result = await trial.run()
     ref = archive_trial(
         store, trial_dir, f"runs/{attempt.run_id}/trials/{attempt.attempt_id}/{result.id}.tar.gz"

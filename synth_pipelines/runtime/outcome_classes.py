@@ -56,6 +56,7 @@ TASK_ERRORS = frozenset(
     {
         # ours: the task's environment cannot be reproduced, or asks for what it may not
         "UnsupportedTaskError",
+        "TaskDefinitionError",
         "SandboxUserError",
         "SandboxPathError",
         "MemoryLimitExceededError",

@@ -21,7 +21,7 @@ import shutil
 import signal
 import tarfile
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from functools import cache
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
@@ -44,14 +44,18 @@ from harbor.models.trial.paths import EnvironmentPaths
 from pydantic import Field
 
 from synth_pipelines.config import settings
+from synth_pipelines.sandbox.attach import attach
 from synth_pipelines.sandbox.commands import CommandTimedOut, run_to_completion
 from synth_pipelines.sandbox.dockerfile import DockerfileRecipe, read_dockerfile
 from synth_pipelines.sandbox.errors import (
     MemoryLimitExceededError,
+    SandboxCleanupError,
     SandboxCommandTimeoutError,
     SandboxNotRunningError,
     SandboxPathError,
+    SandboxStorageError,
     SandboxUserError,
+    TaskDefinitionError,
     UnsupportedTaskError,
 )
 from synth_pipelines.sandbox.filesystem import (
@@ -68,13 +72,16 @@ from synth_pipelines.sandbox.limits import (
     SandboxCgroup,
     detect_hierarchy,
 )
-from synth_pipelines.sandbox.namespace import SYSTEM_PATH, SandboxInit, join_cgroup
-from synth_pipelines.sandbox.route import SandboxRoute
+from synth_pipelines.sandbox.namespace import SYSTEM_PATH, TERMINATE_DEADLINE_SEC, SandboxInit
+from synth_pipelines.sandbox.quarantine import quarantine
+from synth_pipelines.sandbox.route import RouteTarget, SandboxRoute
+from synth_pipelines.sandbox.seccomp import filter_program
 from synth_pipelines.sandbox.storage import (
     IMAGE_NAME,
     SizedFilesystem,
     can_mount_sized_filesystem,
 )
+from synth_pipelines.sandbox.userns import SETUP_ID, host_id
 
 ROOT_HOME = PurePosixPath("/root")
 INSTALLED_AGENT_DIR = PurePosixPath("/installed-agent")
@@ -89,12 +96,21 @@ logger = logging.getLogger(__name__)
 def _reclaim_orphans_once(sandboxes_dir: Path) -> None:
     """Reclaim what processes killed outright left under `sandboxes_dir`, the first time
     this process starts a sandbox there."""
-    for sandbox_dir in reclaim_orphans(sandboxes_dir, detect_hierarchy()):
-        logger.warning(
-            "Reclaimed sandbox %s, left by a process that died without stopping it: its "
-            "cgroup is removed, its files are kept, unmounted.",
-            sandbox_dir,
-        )
+    for reclaimed in reclaim_orphans(sandboxes_dir, detect_hierarchy()):
+        if reclaimed.quarantine is not None:
+            logger.warning(
+                "Sandbox %s, left by a process that died without stopping it, could not be "
+                "removed and is quarantined (%s): %s",
+                reclaimed.sandbox_dir,
+                reclaimed.quarantine,
+                "; ".join(reclaimed.problems),
+            )
+        else:
+            logger.warning(
+                "Reclaimed sandbox %s, left by a process that died without stopping it: "
+                "its cgroup is removed, its files are kept, unmounted.",
+                reclaimed.sandbox_dir,
+            )
 
 
 class BwrapOptions(EnvironmentOptions):
@@ -186,7 +202,10 @@ class BwrapEnvironment(BaseEnvironment):
             writable_top(workdir, task=task, why="WORKDIR")
         for step in recipe.copies:
             writable_top(step.destination, task=task, why=f"COPY destination (line {step.line})")
-            resolve_sources(step, self.environment_dir)
+            try:
+                resolve_sources(step, self.environment_dir)
+            except (FileNotFoundError, PermissionError) as error:
+                raise TaskDefinitionError(task, str(error)) from None
         if self.task_env_config.workdir:
             writable_top(
                 PurePosixPath(self.task_env_config.workdir), task=task, why="[environment].workdir"
@@ -244,7 +263,12 @@ class BwrapEnvironment(BaseEnvironment):
         try:
             await asyncio.to_thread(self._lay_down)
             procs_files = await asyncio.to_thread(self._create_cgroup)
-            self._init = await SandboxInit.launch(self._filesystem.bwrap_arguments(), procs_files)
+            self._init = await SandboxInit.launch(
+                self._filesystem.bwrap_arguments(), procs_files, filter_program()
+            )
+            await asyncio.to_thread(
+                attach, self._init.pidfd, self._init.root_fd, self._filesystem.attachments()
+            )
             await self.ensure_dirs(self._mount_targets(writable_only=True))
         except BaseException:
             await asyncio.shield(self.stop(delete=True))
@@ -298,36 +322,72 @@ class BwrapEnvironment(BaseEnvironment):
                 self.environment_name,
             )
 
-    async def open_route(self, inside_port: int, target_host: str, target_port: int) -> str:
-        """Make `target_host:target_port` on the host reachable from inside the sandbox
-        at 127.0.0.1:`inside_port`, and nothing else; returns the URL to use inside."""
+    async def open_route(self, inside_port: int, target: RouteTarget) -> str:
+        """Make `target` on the host (a Unix socket, or a host and port) reachable from
+        inside the sandbox at 127.0.0.1:`inside_port`, and nothing else; returns the URL
+        to use inside."""
         init = self._running_init()
-        route = SandboxRoute(f"/proc/{init.pid}/ns/net", inside_port, target_host, target_port)
+        route = SandboxRoute(init.pidfd, inside_port, target)
         await route.open()
         self._routes.append(route)
         return route.url
 
     async def stop(self, delete: bool) -> None:
+        """Kill everything and remove the sandbox's host state. Nothing inside can make
+        this fail: each step runs whatever the others did, and what still cannot be
+        removed is quarantined (`quarantine.py`) and reported as a warning."""
         for route in self._routes:
             await route.close()
         self._routes.clear()
-        if self._cgroup is not None:
-            await asyncio.to_thread(self._cgroup.kill_commands)
+        problems: list[str] = []
+        cgroup, self._cgroup = self._cgroup, None
+        if cgroup is not None:
+            problems += await _attempted(cgroup.kill_commands)
         if self._init is not None:
-            await self._init.terminate()
+            if not await self._init.terminate():
+                problems.append(
+                    f"the sandbox's pid 1 did not end within {TERMINATE_DEADLINE_SEC} s of "
+                    "SIGKILL: a process in it is stuck in the kernel"
+                )
             self._init = None
-        if self._cgroup is not None:
-            await asyncio.to_thread(self._cgroup.remove)
-            self._cgroup = None
+        if cgroup is not None and not problems:
+            problems += await _attempted(cgroup.remove)
         if self._storage is not None:
-            release = self._storage.unmount if delete else self._storage.unmount_keeping_files
-            await asyncio.to_thread(release)
-            self._storage = None
+            storage, self._storage = self._storage, None
+            release = storage.unmount if delete else storage.unmount_keeping_files
+            problems += await _attempted(release)
         if delete:
-            await asyncio.to_thread(self._filesystem.remove)
+            problems += await _attempted(self._filesystem.remove)
         if self._lease is not None:
             self._lease.release()
             self._lease = None
+        if problems:
+            record = await asyncio.to_thread(quarantine, self.sandbox_dir, cgroup, problems)
+            self.logger.warning(
+                "Sandbox %s could not be removed completely and is quarantined (%s): %s",
+                self.session_id,
+                record,
+                "; ".join(problems),
+            )
+
+    async def end_agent_phase(self) -> None:
+        """Hand the environment from the agent to a verifier that runs in it (Harbor's
+        shared mode; `verification.py` calls this): every process the agent left is
+        killed, and `/logs/verifier` is emptied, so that the reward files there can only
+        be the verifier's own."""
+        init = self._running_init()
+        await asyncio.to_thread(init.kill_all_but_init)
+        verifier_dir = EnvironmentPaths.for_os(self.os).verifier_dir
+        emptied = await self.exec(self._empty_dirs_command([verifier_dir]), user="root")
+        if emptied.return_code != 0:
+            raise SandboxPathError(
+                f"could not empty {verifier_dir} in sandbox {self.session_id} before its "
+                f"verifier (exit {emptied.return_code}): {emptied.stderr or emptied.stdout}"
+            )
+
+    @property
+    def running(self) -> bool:
+        return self._init is not None and self._init.running
 
     async def exec(
         self,
@@ -364,10 +424,18 @@ class BwrapEnvironment(BaseEnvironment):
             **self.recipe.env,
             **(self._merge_env(env) or {}),
         }
-        argv = init.enter(command, cwd=workdir or "/", env=variables, uid=uid, gid=gid)
         leaf = f"exec-{next(self._exec_numbers):06d}"
         cgroup = self._cgroup
         procs_files = cgroup.new_leaf(leaf) if cgroup is not None else []
+        entry = init.enter(
+            command,
+            cwd=workdir or "/",
+            env=variables,
+            uid=uid,
+            gid=gid,
+            procs_files=procs_files,
+            seccomp=filter_program(),
+        )
 
         async def kill(process: asyncio.subprocess.Process) -> None:
             if cgroup is not None:
@@ -377,8 +445,9 @@ class BwrapEnvironment(BaseEnvironment):
 
         try:
             completed = await run_to_completion(
-                join_cgroup(argv, procs_files),
+                entry.argv,
                 env={"PATH": SYSTEM_PATH},
+                pass_fds=entry.pass_fds,
                 timeout_sec=timeout_sec,
                 kill=kill,
                 on_output=self._output_callback(),
@@ -547,25 +616,43 @@ class BwrapEnvironment(BaseEnvironment):
 
 
 def _identity(user: str | int | None) -> tuple[int, int, str]:
-    """uid, gid and HOME for a Harbor user; names are looked up in /etc/passwd."""
+    """uid, gid (of the sandbox's user namespace) and HOME for a Harbor user; names are
+    looked up in /etc/passwd."""
     if user is None or user in ("root", 0, "0"):
         return 0, 0, str(ROOT_HOME)
     try:
         entry = pwd.getpwuid(int(user)) if str(user).isdigit() else pwd.getpwnam(str(user))
     except KeyError:
-        if str(user).isdigit():
-            return int(user), int(user), str(TMP_DIR)
+        if not str(user).isdigit():
+            raise SandboxUserError(
+                f"user {user!r} is not defined in /etc/passwd, which the sandbox shares "
+                "with the host; use root, a numeric uid, or a user the host defines"
+            ) from None
+        uid = gid = int(user)
+    else:
+        uid, gid = entry.pw_uid, entry.pw_gid
+    for inside in (uid, gid):
+        host_id(inside)  # refuses an id the sandbox's user namespace does not map
+    if uid == SETUP_ID:
         raise SandboxUserError(
-            f"user {user!r} is not defined in /etc/passwd, which the sandbox shares "
-            "with the host; use root, a numeric uid, or a user the host defines"
-        ) from None
-    return entry.pw_uid, entry.pw_gid, str(TMP_DIR)
+            f"uid {SETUP_ID} is the sandbox's own (its init runs as it); use another uid"
+        )
+    return uid, gid, str(TMP_DIR)
 
 
 def _owned_by_root(member: tarfile.TarInfo) -> tarfile.TarInfo:
     member.uid = member.gid = 0
     member.uname = member.gname = "root"
     return member
+
+
+async def _attempted(step: Callable[[], object]) -> list[str]:
+    """Run a blocking teardown step off the loop; what went wrong, if anything."""
+    try:
+        await asyncio.to_thread(step)
+    except (SandboxCleanupError, SandboxStorageError, OSError) as error:
+        return [str(error)]
+    return []
 
 
 def _abbreviate(command: str, limit: int = 200) -> str:

@@ -37,13 +37,14 @@ async def run_to_completion(
     on_output: OutputCallback | None = None,
     stdin_fd: int | None = None,
     stdout_fd: int | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> Completed:
     """Run `argv`, collecting its output; on timeout or cancellation call `kill`.
 
     `kill` must end the whole process tree, not just `argv`'s own process: it is
     awaited before `CommandTimedOut` or the cancellation propagates. `stdin_fd` and
     `stdout_fd`, when given, are host file descriptors the command reads from and
-    writes its stdout to (which then is not collected).
+    writes its stdout to (which then is not collected); `pass_fds` stay open in it.
     """
     # Our own pipes, not asyncio's: asyncio's `wait()` also waits for its pipes to
     # close, which a backgrounded child holding stdout would postpone indefinitely.
@@ -57,6 +58,7 @@ async def run_to_completion(
             stdout=stdout_write,
             stderr=stderr_write,
             start_new_session=True,
+            pass_fds=pass_fds,
         )
     except BaseException:
         if stdout_read is not None:

@@ -22,6 +22,17 @@ class UnsupportedTaskError(ValueError):
         self.task = task
 
 
+class TaskDefinitionError(ValueError):
+    """The task's environment cannot be built as written, by this sandbox or any other
+    builder (a COPY source missing from, or outside, the build context)."""
+
+    def __init__(self, task: str, problem: str) -> None:
+        super().__init__(
+            f"Task {task!r} cannot be prepared: {problem}. Fix the task and publish it again."
+        )
+        self.task = task
+
+
 class SandboxStartError(RuntimeError):
     """bubblewrap could not create the sandbox."""
 
@@ -48,3 +59,8 @@ class SandboxUserError(ValueError):
 
 class SandboxStorageError(RuntimeError):
     """The size-limited filesystem for the sandbox's writable state could not be set up."""
+
+
+class SandboxCleanupError(RuntimeError):
+    """Part of a stopped sandbox could not be removed (a process that survives SIGKILL,
+    a cgroup that stays busy); the sandbox is quarantined instead (`quarantine.py`)."""

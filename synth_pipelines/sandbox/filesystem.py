@@ -1,11 +1,16 @@
 """The filesystem a sandbox sees, and the host directories behind it.
 
 Inside: the host's system directories read-only (standing in for the base image),
-only the `/etc` entries programs need, a fresh `/proc`, a minimal `/dev`, and one
-writable host directory per top-level path the task and Harbor use (`/app`,
-`/logs`, `/tests`, `/solution`, `/tmp`, `/root`, ...). Everything else, including
-`/` itself, is read-only, and nothing of the operator's home, the project checkout
-or other sandboxes is mounted.
+only the `/etc` entries programs need, a fresh `/proc` whose entries that reach host
+state are read-only, a minimal `/dev`, and one writable host directory per top-level
+path the task and Harbor use (`/app`, `/logs`, `/tests`, `/solution`, `/tmp`,
+`/root`, ...). Everything else, including `/` itself, is read-only, and nothing of
+the operator's home, the project checkout or other sandboxes is mounted.
+
+bubblewrap mounts what everyone may read and leaves mountpoints for the rest, which
+the controller binds in after the init starts (`attach.py`). The writable
+directories, and every file laid down in them, belong to ids of the sandbox's user
+namespace (`userns.py`): root inside owns them, as it owns an image's files.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from pathlib import Path, PurePosixPath
 
 from synth_pipelines.sandbox.dockerfile import CopyStep, DockerfileRecipe
 from synth_pipelines.sandbox.errors import UnsupportedTaskError
+from synth_pipelines.sandbox.userns import host_id
 
 HOST_SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 # Only what programs read to run: users, name service, dynamic linker, locale and
@@ -55,6 +61,11 @@ ETC_ENTRIES = (
     "terminfo",
     "timezone",
 )
+# Kernel interfaces under /proc that reach the host rather than the sandbox (sysctls,
+# the magic SysRq key, interrupt routing, bus and filesystem settings), made
+# read-only as Docker does. Writes there are refused by the kernel already, because
+# no id inside is host root; the read-only mount says so before the kernel has to.
+PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
 KERNEL_DIRS = ("proc", "dev", "sys", "etc", "run", "boot")
 RESERVED_TOPS = frozenset((*HOST_SYSTEM_DIRS, *KERNEL_DIRS))
 
@@ -109,6 +120,9 @@ class SandboxFilesystem:
         return self.host_dir(top).joinpath(*path.parts[2:])
 
     def create(self) -> None:
+        """The writable directories and the mountpoints of binds that land in one of
+        them, all root's inside; a writable bind's own directory becomes root's inside
+        too (not what it holds), or root inside could not write there."""
         for top in self.writable_tops:
             self.host_dir(top).mkdir(parents=True, exist_ok=True)
         if "tmp" in self.writable_tops:
@@ -116,6 +130,11 @@ class SandboxFilesystem:
         for bind in self.binds:
             if not bind.read_only:
                 bind.source.mkdir(parents=True, exist_ok=True)
+                _own(bind.source, 0, 0)
+            if top_level(bind.target) in self.writable_tops:
+                _make_mountpoint(self.host_path(bind.target), bind.source.is_dir())
+        for top in self.writable_tops:
+            _own_tree(self.host_dir(top))
 
     def remove(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
@@ -123,18 +142,34 @@ class SandboxFilesystem:
             raise OSError(f"could not remove sandbox directory {self.root}")
 
     def bwrap_arguments(self) -> list[str]:
+        """What bubblewrap mounts: system directories, `/etc` entries, `/proc` and
+        `/dev`, and an empty mountpoint (mode 0755) for each of `attachments()`."""
         arguments: list[str] = []
         for name in HOST_SYSTEM_DIRS:
             arguments += _host_entry(Path("/") / name)
+        arguments += _directories([PurePosixPath("/etc")])
         for name in ETC_ENTRIES:
             arguments += _host_entry(Path("/etc") / name)
         arguments += ["--proc", "/proc", "--dev", "/dev"]
-        for top in self.writable_tops:
-            arguments += ["--bind", str(self.host_dir(top)), f"/{top}"]
+        for name in PROC_READ_ONLY:
+            arguments += ["--ro-bind-try", f"/proc/{name}", f"/proc/{name}"]
+        arguments += _directories([PurePosixPath("/", top) for top in self.writable_tops])
         for bind in self.binds:
-            flag = "--ro-bind" if bind.read_only else "--bind"
-            arguments += [flag, str(bind.source), str(bind.target)]
+            if top_level(bind.target) in self.writable_tops:
+                continue
+            if bind.source.is_dir():
+                arguments += _directories([bind.target])
+            else:
+                # A file mountpoint: bubblewrap makes one by binding /dev/null there.
+                arguments += _directories([bind.target.parent])
+                arguments += ["--ro-bind", "/dev/null", str(bind.target)]
         return [*arguments, "--remount-ro", "/"]
+
+    def attachments(self) -> list[tuple[Path, PurePosixPath, bool]]:
+        """(host source, sandbox target, read-only) for the controller to bind in once
+        the init runs, parents before children."""
+        tops = [(self.host_dir(top), PurePosixPath("/", top), False) for top in self.writable_tops]
+        return [*tops, *((bind.source, bind.target, bind.read_only) for bind in self.binds)]
 
     def lay_down(self, recipe: DockerfileRecipe, context: Path) -> None:
         """Reproduce the recipe's WORKDIR and COPY/ADD steps in the host directories."""
@@ -143,9 +178,13 @@ class SandboxFilesystem:
         for step in recipe.copies:
             for source in resolve_sources(step, context):
                 self._copy(step, source)
+        for top in self.writable_tops:
+            _own_tree(self.host_dir(top))
 
     def copy_into(self, source_dir: Path, target: PurePosixPath) -> None:
-        shutil.copytree(source_dir, self.host_path(target), symlinks=True, dirs_exist_ok=True)
+        destination = self.host_path(target)
+        shutil.copytree(source_dir, destination, symlinks=True, dirs_exist_ok=True)
+        _own_tree(destination)
 
     def _copy(self, step: CopyStep, source: Path) -> None:
         destination = self.host_path(step.destination)
@@ -169,24 +208,31 @@ class SandboxFilesystem:
 
 def resolve_sources(step: CopyStep, context: Path) -> list[Path]:
     """The context files a COPY/ADD names, refusing any that escape the context."""
+    return [
+        path for pattern in step.sources for path in resolve_source(pattern, step.line, context)
+    ]
+
+
+def resolve_source(pattern: str, line: int, context: Path) -> list[Path]:
+    """The build-context files one COPY/ADD source names (Docker's rules: relative to
+    the context, globs allowed); FileNotFoundError if none exists, PermissionError if
+    one resolves outside the context, each naming the source, its line and the fix."""
     context = context.resolve()
-    found: list[Path] = []
-    for pattern in step.sources:
-        relative = pattern.lstrip("/") or "."
-        matches = [context] if relative in (".", "./") else sorted(context.glob(relative))
-        if not matches:
-            raise FileNotFoundError(
-                f"COPY/ADD source {pattern!r} (Dockerfile line {step.line}) is not in the "
-                f"build context {context}"
+    relative = pattern.lstrip("/") or "."
+    matches = [context] if relative in (".", "./") else sorted(context.glob(relative))
+    if not matches:
+        raise FileNotFoundError(
+            f"COPY/ADD source {pattern!r} (Dockerfile line {line}) is not in the build "
+            f"context {context}; add the file there or fix the Dockerfile"
+        )
+    for match in matches:
+        if not match.resolve().is_relative_to(context):
+            raise PermissionError(
+                f"COPY/ADD source {pattern!r} (Dockerfile line {line}) resolves outside the "
+                f"build context {context}; a Dockerfile can only copy what its own "
+                "directory holds, so move the file into it"
             )
-        for match in matches:
-            if not match.resolve().is_relative_to(context):
-                raise PermissionError(
-                    f"COPY/ADD source {pattern!r} (Dockerfile line {step.line}) resolves "
-                    f"outside the build context {context}"
-                )
-        found += matches
-    return found
+    return matches
 
 
 def _host_entry(path: Path) -> list[str]:
@@ -207,7 +253,7 @@ def _apply_ownership(path: Path, step: CopyStep) -> None:
         if step.chmod is not None:
             item.chmod(step.chmod)
         if owner is not None:
-            os.chown(item, *owner)
+            _own(item, *owner)
 
 
 def _owner(spec: str) -> tuple[int, int]:
@@ -216,3 +262,44 @@ def _owner(spec: str) -> tuple[int, int]:
     if not group:
         return uid, uid if user.isdigit() else pwd.getpwnam(user).pw_gid
     return uid, int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
+
+
+def _make_mountpoint(path: Path, directory: bool) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if directory:
+        path.mkdir(exist_ok=True)
+    else:
+        path.touch(exist_ok=True)
+
+
+def _own(path: Path, uid: int, gid: int) -> None:
+    """Give `path` (not what a symlink names) to the sandbox's `uid` and `gid`."""
+    os.chown(path, host_id(uid), host_id(gid), follow_symlinks=False)
+
+
+def _own_tree(root: Path) -> None:
+    """Give whatever under `root` the host created (owned by a host id, not one of the
+    sandbox's) to root inside; `COPY --chown` owners are the sandbox's and stay."""
+    entries = (
+        Path(directory, name)
+        for directory, subdirectories, files in os.walk(root)
+        for name in [*subdirectories, *files]
+    )
+    for path in [root, *entries]:
+        if path.lstat().st_uid < host_id(0):
+            _own(path, 0, 0)
+
+
+def _directories(paths: list[PurePosixPath]) -> list[str]:
+    """bubblewrap arguments creating each path and its parents with mode 0755: the
+    parents it creates on its own are mode 0700, closed to every id but the one it
+    sets the sandbox up as."""
+    wanted: dict[PurePosixPath, None] = {}
+    for path in paths:
+        for directory in [*reversed(path.parents), path]:
+            if directory != PurePosixPath("/"):
+                wanted[directory] = None
+    arguments: list[str] = []
+    for directory in wanted:
+        arguments += ["--perms", "0755", "--dir", str(directory)]
+    return arguments

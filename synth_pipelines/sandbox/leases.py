@@ -8,24 +8,31 @@ the files. So the process that starts a sandbox holds an exclusive `flock` on
 however it dies, and a reused pid cannot pass for the owner, as it could in a pid file.
 
 `reclaim_orphans` takes the lease of every sandbox whose owner is gone, kills what may
-still run in its cgroup and removes it, and unmounts its filesystem, keeping the files
-on disk as `stop(delete=False)` does, so that a killed attempt stays inspectable. Each
-process that starts sandboxes runs it before its first one.
+still run in its cgroup and removes it (depth first), and unmounts its filesystem,
+keeping the files on disk as `stop(delete=False)` does, so that a killed attempt stays
+inspectable. Each process that starts sandboxes runs it before its first one, so it
+never raises: an orphan that cannot be removed is quarantined (`quarantine.py`) and
+reported, and the next sandbox starts regardless.
 """
 
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
+from synth_pipelines.sandbox.errors import SandboxCleanupError, SandboxStorageError
 from synth_pipelines.sandbox.filesystem import SandboxFilesystem
 from synth_pipelines.sandbox.limits import CgroupHierarchy, SandboxCgroup
+from synth_pipelines.sandbox.quarantine import quarantine
 from synth_pipelines.sandbox.storage import IMAGE_NAME, SizedFilesystem
 
 LEASE_NAME = "lease"
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -53,39 +60,69 @@ class SandboxLease:
         os.close(self.descriptor)
 
 
-def reclaim_orphans(sandboxes_dir: Path, hierarchy: CgroupHierarchy | None) -> list[Path]:
-    """Reclaim every sandbox under `sandboxes_dir` whose owner has died; returns them."""
+@dataclass(frozen=True)
+class Reclaimed:
+    """An orphan reclaimed; `quarantine` is its record when part of it could not be
+    removed and it was set aside instead."""
+
+    sandbox_dir: Path
+    quarantine: Path | None = None
+    problems: tuple[str, ...] = ()
+
+
+def reclaim_orphans(sandboxes_dir: Path, hierarchy: CgroupHierarchy | None) -> list[Reclaimed]:
+    """Reclaim every sandbox under `sandboxes_dir` whose owner has died; never raises."""
     try:
         sandbox_dirs = sorted(sandboxes_dir.iterdir())
     except FileNotFoundError:
         return []
-    return [
-        sandbox_dir for sandbox_dir in sandbox_dirs if _reclaim_if_orphaned(sandbox_dir, hierarchy)
-    ]
+    reclaimed = []
+    for sandbox_dir in sandbox_dirs:
+        try:
+            found = _reclaim_if_orphaned(sandbox_dir, hierarchy)
+        except OSError as error:
+            # Not even quarantine worked (the state directory itself is failing):
+            # say so and go on, the next start must not depend on it.
+            logger.warning("Could not reclaim or set aside sandbox %s: %s", sandbox_dir, error)
+            continue
+        if found is not None:
+            reclaimed.append(found)
+    return reclaimed
 
 
-def _reclaim_if_orphaned(sandbox_dir: Path, hierarchy: CgroupHierarchy | None) -> bool:
+def _reclaim_if_orphaned(sandbox_dir: Path, hierarchy: CgroupHierarchy | None) -> Reclaimed | None:
     lease = sandbox_dir / LEASE_NAME
     try:
         descriptor = os.open(lease, os.O_RDWR | os.O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):
-        return False
+        return None
     try:
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            return False
+            return None
         if os.fstat(descriptor).st_nlink == 0:
             # Released (or reclaimed by another process) between our open and our lock.
-            return False
-        if hierarchy is not None:
-            SandboxCgroup(hierarchy, sandbox_dir.name).remove()
+            return None
+        problems = []
+        cgroup = SandboxCgroup(hierarchy, sandbox_dir.name) if hierarchy is not None else None
+        if cgroup is not None:
+            try:
+                cgroup.remove()
+            except SandboxCleanupError as error:
+                problems.append(str(error))
         storage = SizedFilesystem(
             SandboxFilesystem(sandbox_dir, (), ()).writable_root, sandbox_dir / IMAGE_NAME, 0
         )
-        storage.unmount_keeping_files()
-        storage.image.unlink(missing_ok=True)
+        try:
+            storage.unmount_keeping_files()
+            storage.image.unlink(missing_ok=True)
+        except (SandboxStorageError, OSError) as error:
+            problems.append(f"could not release its storage: {error}")
         lease.unlink()
-        return True
+        if problems:
+            record = quarantine(sandbox_dir, cgroup, problems)
+            return Reclaimed(sandbox_dir, record, tuple(problems))
+        return Reclaimed(sandbox_dir)
     finally:
         os.close(descriptor)

@@ -25,6 +25,8 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
+from synth_pipelines.sandbox.errors import SandboxCleanupError
+
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PARENT_NAME = "synth-sandboxes"
 CONTROLLERS = ("memory", "pids", "cpu")
@@ -146,14 +148,19 @@ class SandboxCgroup:
         return sorted(entry.name for entry in first.iterdir() if entry.is_dir())
 
     def processes(self, leaf: str) -> set[int]:
-        procs = self.directories[0] / leaf / "cgroup.procs"
-        try:
-            return {int(pid) for pid in procs.read_text().split()}
-        except FileNotFoundError:
-            return set()
+        """Every process in the leaf or in a cgroup below it, in any hierarchy."""
+        found: set[int] = set()
+        for directory in self.directories:
+            for cgroup in _subtree(directory / leaf):
+                try:
+                    found.update(int(pid) for pid in (cgroup / "cgroup.procs").read_text().split())
+                except FileNotFoundError:
+                    continue
+        return found
 
     def kill(self, leaf: str) -> None:
-        """SIGKILL every process in the leaf, repeating until it stays empty.
+        """SIGKILL every process in the leaf (and in whatever cgroups were made below
+        it), repeating until it stays empty.
 
         A child still being forked is not yet listed in `cgroup.procs`, so one empty
         read is not proof (cgroup v1 has no atomic `cgroup.kill`); the leaf must read
@@ -171,9 +178,10 @@ class SandboxCgroup:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"processes {sorted(pids)} in sandbox cgroup {self.name}/{leaf} "
-                    f"survived SIGKILL for {KILL_DEADLINE_SEC} s"
+                raise SandboxCleanupError(
+                    f"processes {sorted(pids)} in sandbox cgroup "
+                    f"{'/'.join(filter(None, (self.name, leaf)))} survived SIGKILL for "
+                    f"{KILL_DEADLINE_SEC} s"
                 )
             time.sleep(KILL_RECHECK_SEC)
 
@@ -198,7 +206,8 @@ class SandboxCgroup:
         return 0
 
     def remove_leaf(self, leaf: str) -> bool:
-        """Remove the leaf if its processes are gone; False while some still run."""
+        """Remove the leaf if its processes are gone; False while some still run (or
+        while cgroups made below it remain: `remove()` takes those)."""
         try:
             for directory in self.directories:
                 if (directory / leaf).exists():
@@ -208,18 +217,44 @@ class SandboxCgroup:
         return True
 
     def remove(self) -> None:
-        """Kill what is left and remove the sandbox's cgroups."""
-        for leaf in self.leaves():
-            self.kill(leaf)
+        """Kill what is left and remove the sandbox's cgroups, depth first: a cgroup
+        made below a leaf (by whatever means) goes, with what runs in it, before its
+        parent. Raises `SandboxCleanupError` for what still cannot be removed."""
+        self.kill("")
         deadline = time.monotonic() + KILL_DEADLINE_SEC
-        for leaf in self.leaves():
-            while not self.remove_leaf(leaf):
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"could not remove sandbox cgroup {self.name}/{leaf}")
-                time.sleep(0.01)
+        for directory in self.directories:
+            for cgroup in reversed(_subtree(directory)):
+                while cgroup.exists():
+                    try:
+                        cgroup.rmdir()
+                    except OSError as error:
+                        if time.monotonic() > deadline:
+                            raise SandboxCleanupError(
+                                f"could not remove sandbox cgroup {cgroup}: {error.strerror}"
+                            ) from None
+                        time.sleep(0.01)
+
+    def set_aside(self, prefix: str) -> list[Path]:
+        """Rename the sandbox's cgroups to `<prefix><name>` beside themselves (a cgroup
+        can only be renamed within its parent); returns the new directories. The limits
+        stay on them, so whatever still runs there stays bounded."""
+        moved = []
         for directory in self.directories:
             if directory.exists():
-                directory.rmdir()
+                target = directory.with_name(f"{prefix}{self.name}")
+                directory.rename(target)
+                moved.append(target)
+        return moved
+
+
+def _subtree(root: Path) -> list[Path]:
+    """`root` and every cgroup below it, parents before children."""
+    if not root.is_dir():
+        return []
+    found = [root]
+    for directory, subdirectories, _ in os.walk(root):
+        found += [Path(directory, name) for name in subdirectories]
+    return found
 
 
 def _enable_controllers(directory: Path) -> None:

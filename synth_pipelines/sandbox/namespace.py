@@ -1,16 +1,19 @@
 """The sandbox's namespaces: one long-lived bubblewrap init, and commands that join it.
 
 bubblewrap creates the mount, pid, network, IPC, UTS and cgroup namespaces once, at
-start, around a tiny init; every command then joins them with `nsenter`, so files,
-background processes and servers persist between commands the way they do across
-`docker exec` calls. The init is pid 1 inside, so nothing inside can kill it, and
-it reaps orphans. bwrap runs with `--die-with-parent`: if the controlling process
-dies, the init dies, and with it every process in the pid namespace.
+start, around a tiny init, inside the sandbox's user namespace (`userns.py`); every
+command then joins them (`launcher.py`), so files, background processes and servers
+persist between commands the way they do across `docker exec` calls. The init is pid 1
+inside, so nothing inside can kill it, and it reaps orphans. bwrap runs with
+`--die-with-parent`: if the controlling process dies, the init dies, and with it every
+process in the pid namespace.
 
-bwrap invoked by root keeps every capability unless told otherwise, and `nsenter`
-hands its caller's capabilities on, so both paths drop them all (`--cap-drop ALL`,
-then `setpriv` clearing the bounding, inheritable and ambient sets with
-`no_new_privs`): root inside owns its files and nothing else.
+Every process inside runs as an id of the sandbox's user namespace, without any
+capability, with no_new_privs and the sandbox's seccomp filter (`seccomp.py`): the init
+through bubblewrap (unprivileged, it drops every capability it held inside; `--seccomp`),
+each command through the launcher.
+The controller keeps a pidfd and the root directory of the init, which is how commands
+find the sandbox: a pid alone could be recycled.
 """
 
 from __future__ import annotations
@@ -18,17 +21,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import marshal
 import os
 import shlex
 import shutil
 import signal
+import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from synth_pipelines.sandbox.errors import SandboxStartError
+from synth_pipelines.sandbox import launcher
+from synth_pipelines.sandbox.errors import SandboxCleanupError, SandboxStartError
+from synth_pipelines.sandbox.limits import KILL_DEADLINE_SEC, KILL_RECHECK_SEC
+from synth_pipelines.sandbox.userns import SETUP_ID, UserNamespace, host_id
 
-HOST_TOOLS = ("bwrap", "nsenter", "setpriv", "env")
+HOST_TOOLS = ("bwrap", "unshare", "setpriv")
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 HOSTNAME = "sandbox"
 READY = b"ready\n"
@@ -38,6 +47,8 @@ INIT_SCRIPT = (
     "trap '' HUP INT QUIT TERM USR1 USR2 PIPE; echo ready; exec >/dev/null 2>&1 </dev/null; "
     "while :; do sleep 3600; done"
 )
+LAUNCHER = Path(launcher.__file__).resolve()
+TERMINATE_DEADLINE_SEC = 10.0
 
 
 def host_tools() -> dict[str, str]:
@@ -47,7 +58,7 @@ def host_tools() -> dict[str, str]:
     if missing:
         raise SandboxStartError(
             f"the local sandbox needs {', '.join(missing)} on the host "
-            "(Debian/Ubuntu: apt-get install bubblewrap util-linux coreutils)"
+            "(Debian/Ubuntu: apt-get install bubblewrap util-linux)"
         )
     return {name: path for name, path in found.items() if path is not None}
 
@@ -60,22 +71,47 @@ def join_cgroup(argv: Sequence[str], procs_files: Sequence[Path]) -> list[str]:
     return ["/bin/sh", "-c", f'{writes} && exec "$@"', "sandbox", *argv]
 
 
+@dataclass(frozen=True)
+class Entry:
+    """How to start one command inside: the launcher's argv and the descriptors it needs."""
+
+    argv: list[str]
+    pass_fds: tuple[int, ...]
+
+
 @dataclass
 class SandboxInit:
-    """The running init; its host pid is how commands find the namespaces."""
+    """The running init, and the pidfd and root directory that identify it."""
 
     process: asyncio.subprocess.Process
     pid: int
-    tools: dict[str, str]
+    pidfd: int
+    root_fd: int
 
     @classmethod
     async def launch(
-        cls, bwrap_arguments: Sequence[str], procs_files: Sequence[Path]
+        cls, bwrap_arguments: Sequence[str], procs_files: Sequence[Path], seccomp: bytes
     ) -> SandboxInit:
         tools = host_tools()
+        userns = await UserNamespace.create(tools["unshare"])
+        program = _memory_file("sandbox-seccomp", seccomp)
         info_read, info_write = os.pipe()
+        setup = host_id(SETUP_ID)
         argv = [
+            # bubblewrap runs unprivileged on the host, as the id it sets the sandbox up
+            # as (userns.py); it joins the cgroup as root first (join_cgroup).
+            tools["setpriv"],
+            f"--reuid={setup}",
+            f"--regid={setup}",
+            "--clear-groups",
+            "--",
             tools["bwrap"],
+            "--userns",
+            str(userns.fd),
+            "--uid",
+            str(SETUP_ID),
+            "--gid",
+            str(SETUP_ID),
             *bwrap_arguments,
             "--unshare-ipc",
             "--unshare-pid",
@@ -86,8 +122,8 @@ class SandboxInit:
             HOSTNAME,
             "--die-with-parent",
             "--new-session",
-            "--cap-drop",
-            "ALL",
+            "--seccomp",
+            str(program),
             "--clearenv",
             "--setenv",
             "PATH",
@@ -109,15 +145,19 @@ class SandboxInit:
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
-                pass_fds=(info_write,),
+                pass_fds=(info_write, userns.fd, program),
             )
         finally:
-            os.close(info_write)
+            for descriptor in (info_write, program):
+                os.close(descriptor)
+            userns.close()
         try:
             pid = await _await_ready(process, info_read)
         finally:
             os.close(info_read)
-        return cls(process=process, pid=pid, tools=tools)
+        pidfd = os.pidfd_open(pid)
+        root_fd = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        return cls(process=process, pid=pid, pidfd=pidfd, root_fd=root_fd)
 
     def enter(
         self,
@@ -127,50 +167,107 @@ class SandboxInit:
         env: Mapping[str, str],
         uid: int,
         gid: int,
-    ) -> list[str]:
-        """argv that runs `command` with bash inside the sandbox, without privileges."""
-        identity = [] if uid == 0 else [f"--reuid={uid}", f"--regid={gid}", "--clear-groups"]
-        return [
-            self.tools["nsenter"],
-            f"--target={self.pid}",
-            "--mount",
-            "--uts",
-            "--ipc",
-            "--net",
-            "--pid",
-            "--cgroup",
-            "--root",
-            "--",
-            self.tools["setpriv"],
-            *identity,
-            "--inh-caps=-all",
-            "--ambient-caps=-all",
-            "--bounding-set=-all",
-            "--no-new-privs",
-            "--",
-            self.tools["env"],
-            "-i",
-            "-C",
-            cwd,
-            *(f"{name}={value}" for name, value in env.items()),
-            "/bin/bash",
-            "-c",
-            command,
-        ]
+        procs_files: Sequence[Path],
+        seccomp: bytes,
+    ) -> Entry:
+        """How to run `command` with bash inside the sandbox, unprivileged and filtered."""
+        spec = {
+            "pidfd": self.pidfd,
+            "root_fd": self.root_fd,
+            "cgroup_procs": [str(path) for path in procs_files],
+            "uid": uid,
+            "gid": gid,
+            "groups": [],
+            "cwd": cwd,
+            "env": dict(env),
+            "command": command,
+            "seccomp": seccomp,
+        }
+        argv = [sys.executable, "-I", "-S", str(LAUNCHER), marshal.dumps(spec).hex()]
+        return Entry(argv=argv, pass_fds=(self.pidfd, self.root_fd))
 
     @property
     def running(self) -> bool:
         return self.process.returncode is None
 
-    async def terminate(self) -> None:
-        """Kill pid 1 inside, which ends the pid namespace, then let bwrap reap it.
+    def kill_all_but_init(self) -> None:
+        """SIGKILL every process of the sandbox but its init (pid 1 and the sleep it
+        keeps), wherever it sits (any cgroup, any session, any user inside), until
+        none is left.
+
+        They are found by their pid namespace, which no process inside can leave, and
+        the init's by their id, which no command may take (`userns.SETUP_ID`). A process
+        forked while the list is read shows up in the next read, so the sandbox must
+        read empty twice, a moment apart.
+        """
+        namespace = _pid_namespace(self.pid)
+        deadline = time.monotonic() + KILL_DEADLINE_SEC
+        empty_reads = 0
+        while empty_reads < 2:
+            found = [
+                pid
+                for pid in _host_pids()
+                if _pid_namespace(pid) == namespace and _uid(pid) != host_id(SETUP_ID)
+            ]
+            empty_reads = 0 if found else empty_reads + 1
+            for pid in found:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            if found and time.monotonic() > deadline:
+                raise SandboxCleanupError(
+                    f"processes {found} of the sandbox survived SIGKILL for {KILL_DEADLINE_SEC} s"
+                )
+            time.sleep(KILL_RECHECK_SEC)
+
+    async def terminate(self) -> bool:
+        """Kill pid 1 inside, which ends the pid namespace, then let bwrap reap it;
+        False if that takes longer than `TERMINATE_DEADLINE_SEC`: the namespace ends
+        only once every process in it has, and one stuck in the kernel may not.
 
         Killing bwrap itself would leave pid 1 to die of its parent-death signal and
         be reaped by whatever the host's init is, possibly never.
         """
         with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGKILL)
-        await self.process.wait()
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+        try:
+            async with asyncio.timeout(TERMINATE_DEADLINE_SEC):
+                await self.process.wait()
+        except TimeoutError:
+            return False
+        finally:
+            os.close(self.pidfd)
+            os.close(self.root_fd)
+        return True
+
+
+def _host_pids() -> list[int]:
+    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+
+
+def _uid(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except FileNotFoundError:
+        return None
+
+
+def _pid_namespace(pid: int) -> tuple[int, int] | None:
+    """The identity of `pid`'s pid namespace; None once it is gone, or for a host
+    process closed even to root (no sandbox process can close itself to root, which
+    holds CAP_SYS_PTRACE over every namespace below its own)."""
+    try:
+        found = os.stat(f"/proc/{pid}/ns/pid")
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    return found.st_dev, found.st_ino
+
+
+def _memory_file(name: str, content: bytes) -> int:
+    """An anonymous file holding `content`, positioned at its start."""
+    descriptor = os.memfd_create(name)
+    os.write(descriptor, content)
+    os.lseek(descriptor, 0, os.SEEK_SET)
+    return descriptor
 
 
 async def _await_ready(process: asyncio.subprocess.Process, info_read: int) -> int:

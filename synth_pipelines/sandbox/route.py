@@ -1,5 +1,6 @@
 """The one network route a sandbox may have: a port on its own loopback that reaches
-exactly one address on the host (the capture proxy).
+exactly one address on the host (the capture proxy's listener for sandboxes, a Unix
+socket; or a TCP address).
 
 The listening socket is created by a short-lived thread that has joined the sandbox's
 network namespace, so it exists only inside the sandbox; connections accepted on it are
@@ -14,17 +15,17 @@ import contextlib
 import os
 import socket
 import threading
+from pathlib import Path
 
 CHUNK = 65536
 
 
-def _listen_inside(netns: str, port: int) -> socket.socket:
+def _listen_inside(namespace_fd: int, port: int) -> socket.socket:
     result: dict[str, socket.socket | BaseException] = {}
 
     def create() -> None:
         try:
-            with open(netns) as namespace:
-                os.setns(namespace.fileno(), os.CLONE_NEWNET)
+            os.setns(namespace_fd, os.CLONE_NEWNET)
             listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             listener.bind(("127.0.0.1", port))
@@ -55,11 +56,16 @@ async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
             writer.close()
 
 
+RouteTarget = Path | tuple[str, int]
+"""A Unix socket, or a (host, port) on the host."""
+
+
 class SandboxRoute:
-    def __init__(self, netns: str, inside_port: int, target_host: str, target_port: int):
-        self.netns = netns
+    def __init__(self, namespace_fd: int, inside_port: int, target: RouteTarget):
+        """`namespace_fd`: the sandbox's network namespace, or a pidfd of a process in it."""
+        self.namespace_fd = namespace_fd
         self.inside_port = inside_port
-        self.target = (target_host, target_port)
+        self.target = target
         self._server: asyncio.Server | None = None
         self._relays: set[asyncio.Task] = set()
 
@@ -68,12 +74,15 @@ class SandboxRoute:
         return f"http://127.0.0.1:{self.inside_port}"
 
     async def open(self) -> None:
-        listener = await asyncio.to_thread(_listen_inside, self.netns, self.inside_port)
+        listener = await asyncio.to_thread(_listen_inside, self.namespace_fd, self.inside_port)
         self._server = await asyncio.start_server(self._relay, sock=listener)
 
     async def _relay(self, inside_reader, inside_writer) -> None:
         try:
-            host_reader, host_writer = await asyncio.open_connection(*self.target)
+            if isinstance(self.target, Path):
+                host_reader, host_writer = await asyncio.open_unix_connection(self.target)
+            else:
+                host_reader, host_writer = await asyncio.open_connection(*self.target)
         except OSError:
             inside_writer.close()
             return

@@ -18,9 +18,10 @@ Why a disk-backed image rather than the alternatives:
   host, which lays down the task's files, keeps them on `stop(delete=False)` and must
   read them after the agent is done.
 The image is mounted through a loop device that the kernel detaches on unmount.
-Teardown unmounts it; `stop(delete=False)` first copies the files to disk at the same
-path so they stay inspectable. A sandbox whose owner is killed outright stays mounted
-until another process reclaims it (`leases.py`).
+Teardown unmounts it (lazily if a host process still uses it, so that nothing can
+keep the sandbox from being removed); `stop(delete=False)` first copies the files to
+disk at the same path so they stay inspectable. A sandbox whose owner is killed
+outright stays mounted until another process reclaims it (`leases.py`).
 
 Mounting needs CAP_SYS_ADMIN, loop devices and `mkfs.ext4`. Where that is not
 available, `can_mount_sized_filesystem()` is False and the sandbox logs that
@@ -29,6 +30,7 @@ available, `can_mount_sized_filesystem()` is False and the sandbox logs that
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
@@ -46,6 +48,8 @@ MOUNT_OPTIONS = "loop,nosuid,nodev"
 IMAGE_NAME = "storage.img"
 """The image file, in the sandbox directory."""
 PROBE_SIZE_MB = 4
+
+logger = logging.getLogger(__name__)
 
 
 @cache
@@ -84,7 +88,7 @@ class SizedFilesystem:
 
     def unmount(self) -> None:
         if self.mounted:
-            _run("umount", str(self.directory))
+            _detach(self.directory)
         self.image.unlink(missing_ok=True)
 
     def unmount_keeping_files(self) -> None:
@@ -96,6 +100,18 @@ class SizedFilesystem:
         self.unmount()
         self.directory.rmdir()
         kept.rename(self.directory)
+
+
+def _detach(directory: Path) -> None:
+    """Unmount `directory`. A filesystem still busy (a host process holds a file or its
+    working directory there) is detached lazily instead, so that it cannot keep the
+    sandbox from being removed: it leaves the directory tree at once, and the kernel
+    frees it and its loop device when the last user lets go."""
+    try:
+        _run("umount", str(directory))
+    except SandboxStorageError as error:
+        _run("umount", "--lazy", str(directory))
+        logger.warning("Detached %s lazily, it was still in use: %s", directory, error)
 
 
 def _run(program: str, *arguments: str) -> None:

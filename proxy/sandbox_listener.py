@@ -1,0 +1,93 @@
+"""The proxy's listener for sandboxes: a Unix socket that serves only the model routes.
+
+An agent reaches the proxy only through its sandbox's route (`sandbox/route.py`), which
+connects to this socket rather than to the proxy's TCP address. Requests that arrive
+here may call what a harness needs (`/v1/messages`, `/v1/messages/count_tokens`,
+`/v1/models`) and nothing else: the metrics, the OpenAPI document and its pages, health
+and the operator endpoints answer 404, in Anthropic's error shape, and stay on the TCP
+listener, which operators reach on the host. Before, `/metrics`, `/openapi.json` and
+`/docs` answered through the route without a token, with platform-wide counters.
+
+The socket sits in the proxy's state directory, mode 0600: only the host's root (the
+controller that opens routes) can connect to it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from proxy.errors import ErrorDetail, ErrorResponse
+
+MODEL_ROUTES = ("/v1/messages", "/v1/messages/count_tokens", "/v1/models")
+# A Unix socket path must fit `sockaddr_un.sun_path`.
+MAX_SOCKET_PATH = 107
+
+
+@contextmanager
+def sandbox_socket(path: Path) -> Iterator[socket.socket]:
+    """A listening Unix socket at `path` (replacing one a killed proxy left), removed
+    again when the proxy is done with it, unless another proxy has taken the path."""
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        raise ValueError(
+            f"the proxy's sandbox socket path {path} is longer than {MAX_SOCKET_PATH} bytes; "
+            "set SYNTH_DATA_DIR to a shorter directory"
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(str(path))
+        path.chmod(0o600)
+        bound = path.stat().st_ino
+        listener.listen(128)
+        try:
+            yield listener
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                if path.stat().st_ino == bound:
+                    path.unlink()
+
+
+def _model_route(path: str) -> bool:
+    return path in MODEL_ROUTES or path.startswith("/v1/models/")
+
+
+class SandboxListenerGate:
+    """Refuse all but the model routes to requests that came through the Unix socket.
+
+    Under ASGI a request's `server` is its listener's (host, port), or (path, None) for a
+    Unix socket, or None when the server does not know: only a TCP listener has a port.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        server = scope.get("server") if scope["type"] == "http" else ("", 0)
+        from_sandbox = server is None or server[1] is None
+        if not from_sandbox or _model_route(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        body = ErrorResponse(
+            error=ErrorDetail(
+                type="not_found_error",
+                message=(
+                    f"{scope['method']} {scope['path']} is not served to sandboxes, only the "
+                    "model routes are; operators reach it on the proxy's own address"
+                ),
+            )
+        ).model_dump_json()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 404,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
+        await send({"type": "http.response.body", "body": body.encode()})
