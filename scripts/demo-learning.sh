@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The learning part of `make demo`: a baseline evaluation of the learner on held-out tasks,
-# a warm start on the training tasks' demonstrations, GRPO training batches from it, and
-# an evaluation of the final checkpoint on the same held-out tasks with the same harness
-# recipe; then the comparison. Every step is an ordinary `synth` command with an
-# idempotency key, so running the demo again reuses what is done.
+# The learning part of `make demo`: three held-out rows through the same harness recipe
+# (the base model, the warm-start checkpoint GRPO starts from, and GRPO's final
+# checkpoint), the training reward of every GRPO batch, and GRPO's own gain (start ->
+# final) with Fisher's p. Every step is an ordinary `synth` command with an idempotency
+# key, so running the demo again reuses what is done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SYNTH=.venv/bin/synth
@@ -14,15 +14,16 @@ KEY=demo-learn-s${SEED}
 step_started=$SECONDS
 took() { echo "   ($1 took $((SECONDS - step_started)) s; $((SECONDS / 60)) min $((SECONDS % 60)) s so far)"; step_started=$SECONDS; }
 field() { "$PY" -c 'import json, sys; d = json.load(sys.stdin); print(eval(sys.argv[1], {}, {"d": d}))' "$1"; }
-with_seed() { "$PY" -c 'import json, sys; p = json.load(open(sys.argv[1])); p["seed"] = int(sys.argv[2]); print(json.dumps(p))' "$1" "$SEED"; }
+with_seed() { "$PY" -c 'import json, sys; p = json.load(open(sys.argv[1])); p["seed"] = int(sys.argv[2]); p.update(json.loads(sys.argv[3])); print(json.dumps(p))' "$1" "$SEED" "${2:-{\}}"; }
 
 $SYNTH dataset publish datasets/learn/train --name synth/learn-train --version v1
 $SYNTH dataset publish datasets/learn/heldout --name synth/learn-heldout --version v1
 took "publishing"
 
-echo "== baseline: the untrained learner on the held-out tasks"
+echo "== base model: the untrained learner on the held-out tasks (each task once)"
 baseline=$($SYNTH run start --dataset synth/learn-heldout@v1 --actor @profiles/learner.json \
-  --plan "$(with_seed plans/learn-eval.json)" --idempotency-key "$KEY-baseline" --wait --json | field 'd["run_id"]')
+  --plan "$(with_seed plans/learn-eval.json '{"attempts_per_task": 1}')" \
+  --idempotency-key "$KEY-baseline" --wait --json | field 'd["run_id"]')
 took "baseline evaluation"
 
 echo "== warm start on the training tasks' demonstrations"
@@ -32,12 +33,19 @@ warm=$($SYNTH train start --dataset synth/learn-train@v1 --actor @profiles/learn
 warm_checkpoint=$($SYNTH run checkpoints "$warm" --json | field 'd[-1]["sampler_path"]')
 took "warm start"
 
+echo "== start: the warm-start checkpoint on the held-out tasks"
+start=$($SYNTH run start --dataset synth/learn-heldout@v1 --actor @profiles/learner.json \
+  --plan "$(with_seed plans/learn-eval.json)" --model "$warm_checkpoint" \
+  --idempotency-key "$KEY-start" --wait --json | field 'd["run_id"]')
+took "start evaluation"
+
 echo "== GRPO training batches from the warm start"
 trained=$($SYNTH train start --dataset synth/learn-train@v1 --actor @profiles/learner.json \
   --plan "$(with_seed plans/learn-train.json)" --model "$warm_checkpoint" \
   --idempotency-key "$KEY-grpo" --wait --json | field 'd["run_id"]')
 final_checkpoint=$($SYNTH run checkpoints "$trained" --json | field 'd[-1]["sampler_path"]')
 took "GRPO"
+$SYNTH run show "$trained"
 
 echo "== the final checkpoint on the same held-out tasks"
 final=$($SYNTH run start --dataset synth/learn-heldout@v1 --actor @profiles/learner.json \
@@ -45,6 +53,9 @@ final=$($SYNTH run start --dataset synth/learn-heldout@v1 --actor @profiles/lear
   --wait --json | field 'd["run_id"]')
 took "final evaluation"
 
-$SYNTH run compare "$baseline" "$final"
+echo "== what the warm start did: base model -> start"
+$SYNTH run compare "$baseline" "$start"
+echo "== what GRPO did: start -> final"
+$SYNTH run compare "$start" "$final"
 echo "Reward curve: Dagster UI > Assets > checkpoints, partition of the last batch of $trained"
 echo "Warm-start loss curve: Dagster UI > Assets > warm_start, partition $warm"

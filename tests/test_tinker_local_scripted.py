@@ -191,7 +191,7 @@ def test_a_constant_logprob_entry_reports_it_for_every_token_without_running_the
     tokenizer: PreTrainedTokenizerBase,
 ) -> None:
     forwards: list[int] = []
-    decoder = service_app.state.model_service.engine.sampler.decoder
+    decoder = service_app.state.model_service.models.get(QWEN3_TINY).engine.sampler.decoder
     hook = decoder.register_forward_hook(lambda *_: forwards.append(1))
     sampler = client.create_sampling_client(base_model=QWEN3_TINY).result()
     prompt = chat_prompt(tokenizer, "please list the files")
