@@ -101,4 +101,4 @@ def _run_show_gives_every_batch_its_learning_numbers(run_id: str, samplers: list
         assert row["loss"] is not None and row["grad_norm"] > 0
         assert row["turns_per_attempt"] >= 1 and row["action_tokens_per_turn"] > 0
     text = CliRunner().invoke(app, ["run", "show", run_id])
-    assert "learning per batch" in text.stdout
+    assert "learning per batch: signal" in text.stdout and "kl v1" in text.stdout

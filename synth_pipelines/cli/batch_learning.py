@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich import box
 from rich.table import Table
 from sqlalchemy import Engine
 
@@ -66,43 +67,69 @@ def _number(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def learning_table(rows: list[dict]) -> Table:
-    table = Table(
+def learning_tables(rows: list[dict]) -> list[Table]:
+    """Two narrow tables (what sampling gave learning; what the step did), so that both
+    read whole in an 80-column terminal. mixed/good/bad: shares of groups; used: groups
+    that qualified; ac tok: sampled (action) tokens per turn; gnorm: gradient norm; f/b:
+    forward_backward."""
+    signal = Table(
         "batch",
-        "reward (std)",
-        "mixed/good/bad",
-        "groups used",
+        "reward",
+        "std",
+        "mixed",
+        "good",
+        "bad",
+        "used",
         "datums",
+        "ac tok",
         "step",
+        title="learning per batch: signal",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        padding=(0, 1),
+    )
+    update = Table(
+        "batch",
         "lr",
         "loss",
-        "grad norm",
+        "gnorm",
         "entropy",
-        "kl v1 / v2",
-        "sample/fwd-bwd/optim s",
-        title="learning per batch",
+        "kl v1",
+        "kl v2",
+        "samp s",
+        "f/b s",
+        "optim s",
+        title="learning per batch: update",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        padding=(0, 1),
     )
     for row in rows:
-        dropped = ", ".join(f"{n} {why}" for why, n in row["groups_dropped"].items())
-        timing = "/".join(
-            _number(row[name], ".0f")
-            for name in ("sampling_sec", "forward_backward_sec", "optim_step_sec")
-        )
-        table.add_row(
+        step = "yes" if row["optimizer_step"] else "NO"
+        if row["status"] != "acknowledged":
+            step = "pending"
+        signal.add_row(
             str(row["batch_index"]),
-            f"{row['reward_mean']:.3f} ({row['reward_std']:.3f})",
-            f"{row['frac_mixed']:.2f}/{row['frac_all_good']:.2f}/{row['frac_all_bad']:.2f}",
-            f"{row['groups_used']}/{row['groups']}" + (f" ({dropped})" if dropped else ""),
+            f"{row['reward_mean']:.3f}",
+            f"{row['reward_std']:.3f}",
+            f"{row['frac_mixed']:.2f}",
+            f"{row['frac_all_good']:.2f}",
+            f"{row['frac_all_bad']:.2f}",
+            f"{row['groups_used']}/{row['groups']}",
             str(row["datums"]),
-            "yes"
-            if row["optimizer_step"]
-            else ("pending" if row["status"] != "acknowledged" else "NO"),
+            f"{row['action_tokens_per_turn']:.0f}",
+            step,
+        )
+        update.add_row(
+            str(row["batch_index"]),
             _number(row["learning_rate"], ".0e"),
             _number(row["loss"], ".4f"),
-            _number(row["grad_norm"], ".3f"),
+            _number(row["grad_norm"], ".3g"),
             _number(row["entropy"], ".3f"),
-            f"{_number(row['kl_sample_train_v1'], '.5f')} / "
-            f"{_number(row['kl_sample_train_v2'], '.5f')}",
-            timing,
+            _number(row["kl_sample_train_v1"], ".1e"),
+            _number(row["kl_sample_train_v2"], ".1e"),
+            _number(row["sampling_sec"], ".0f"),
+            _number(row["forward_backward_sec"], ".1f"),
+            _number(row["optim_step_sec"], ".1f"),
         )
-    return table
+    return [signal, update]

@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from sqlalchemy import Engine
 
-from synth_pipelines.cli.batch_learning import learning_rows, learning_table, learning_warnings
+from synth_pipelines.cli.batch_learning import learning_rows, learning_tables, learning_warnings
 from synth_pipelines.cli.json_documents import validated
 from synth_pipelines.cli.output import (
     EXIT_RUN_FAILED,
@@ -237,11 +237,16 @@ def show_results(run: RunRecord, as_json: bool) -> None:
                 "platform and are not counted in pass@1 or mean reward",
                 soft_wrap=True,
             )
-        if learning:
-            console.print(learning_table(learning))
-            samplers = {row["batch_index"]: row["sampler"] for row in learning}
-            for index, sampler in samplers.items():
-                console.print(f"  batch {index} sampled from {sampler}", highlight=False)
+        for table in learning_tables(learning):
+            console.print(table)
+        for row in learning:
+            dropped = ", ".join(f"{n} {why}" for why, n in row["groups_dropped"].items())
+            console.print(
+                f"  batch {row['batch_index']} sampled from {row['sampler']}"
+                + (f"; groups dropped: {dropped}" if dropped else ""),
+                highlight=False,
+                soft_wrap=True,
+            )
         for warning in warnings:
             errors.print(f"warning: {warning}", soft_wrap=True, highlight=False)
         console.print(f"trial records: {store.uri(f'runs/{run.run_id}/trials')}")
