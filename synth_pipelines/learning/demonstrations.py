@@ -97,7 +97,7 @@ def read_demonstration(task_dir: Path) -> Demonstration:
     return Demonstration(task_dir.name, instruction, document.messages)
 
 
-def _request(frame: HarnessFrame, messages: list[dict[str, Any]]) -> MessagesRequest:
+def frame_request(frame: HarnessFrame, messages: list[dict[str, Any]]) -> MessagesRequest:
     return MessagesRequest.model_validate(
         {
             "model": "demonstration",
@@ -154,8 +154,10 @@ def demonstration_turns(
             continue
         following = conversation[k + 1] if k + 1 < len(conversation) else _FOLLOWING
         try:
-            prompt = adapter.render(_request(frame, conversation[:k]))
-            history = adapter.render(_request(frame, [*conversation[: k + 1], following])).tokens
+            prompt = adapter.render(frame_request(frame, conversation[:k]))
+            history = adapter.render(
+                frame_request(frame, [*conversation[: k + 1], following])
+            ).tokens
         except (ProxyError, ValidationError) as error:
             raise DemonstrationError(
                 f"task {demonstration.task}: turn {k} cannot be rendered: {error}"
