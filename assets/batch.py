@@ -246,7 +246,7 @@ async def batch(
         )
     elif "policy_update" in selected:
         stored = DatumRow.from_table(load_table(engine, store, "datums", context.partition_key))
-        if sorted(stored, key=_row_key) != sorted(rows, key=_row_key):
+        if sorted(stored, key=lambda row: row.key) != sorted(rows, key=lambda row: row.key):
             raise dg.Failure(
                 description="the evidence read now packs other datums than the batch's datums "
                 "table; evidence changed after the datums were recorded"
@@ -282,10 +282,6 @@ async def batch(
                 **await asyncio.to_thread(_curves, engine, store, spec, index),
             },
         )
-
-
-def _row_key(row: DatumRow) -> tuple[str, str, int]:
-    return (row.attempt_id, row.agent_id, row.datum_index)
 
 
 def _groups(outcomes: list[TrialOutcome]) -> list[list[TrialOutcome]]:

@@ -54,3 +54,8 @@ class DatumRow(TableRow):
     logprobs: list[float]
     advantages: list[float]
     mask: list[float]
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        """Which datum this is, whatever order it was packed in."""
+        return (self.attempt_id, self.agent_id, self.datum_index)

@@ -37,10 +37,6 @@ from synth_pipelines.learning.trainer import Trainer
 from synth_pipelines.runtime.lifecycle import complete_batch
 
 
-def _row_key(row: DatumRow) -> tuple[str, str, int]:
-    return (row.attempt_id, row.agent_id, row.datum_index)
-
-
 def no_signal_reason(signal: dict) -> str:
     dropped = ", ".join(f"{count} {why}" for why, count in signal["groups_dropped"].items())
     return (
@@ -65,8 +61,8 @@ async def apply_update(
     existing = await asyncio.to_thread(find_update, engine, spec.run_id, batch)
     if existing is not None and existing.status == "acknowledged":
         return existing.metrics
-    submitted = sorted(trainer.submitted_rows(), key=_row_key)
-    if submitted != sorted(rows, key=_row_key):
+    submitted = sorted(trainer.submitted_rows(), key=lambda row: row.key)
+    if submitted != sorted(rows, key=lambda row: row.key):
         if submitted:
             raise UnresolvedUpdateError(
                 f"the datums submitted while {batch} sampled differ from its datums table"
