@@ -7,8 +7,12 @@ importance-sampling loss, one optimizer step per batch), and held-out pass@1 aga
 baseline is the start checkpoint, measured in the same run; the script prints both, the
 gain and Fisher's exact p. It isolates the recipe from the platform's per-attempt cost.
 
-.venv/bin/python -m benchmarks.grpo_recipe [--warm-steps 40] [--batches 15] [--lr 1e-3]
-    [--temperature 0.5] [--balanced] [--seed 0]
+.venv/bin/python -m benchmarks.grpo_recipe [--warm-steps 50] [--batches 4] [--lr 3e-4]
+    [--temperature 0.5] [--train-temperature T] [--balanced] [--carry-optimizer] [--seed 0]
+
+By default GRPO starts with a fresh Adam state, as a platform run from a warm-start
+checkpoint does; `--carry-optimizer` keeps the warm start's moments, whose momentum then
+continues the supervised update into the first GRPO steps.
 """
 
 from __future__ import annotations
@@ -77,20 +81,29 @@ def _datum(prompt: list[int], tokens: list[int], logprobs: list[float], advantag
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--warm-steps", type=int, default=40)
+    parser.add_argument("--warm-steps", type=int, default=50)
     parser.add_argument("--warm-lr", type=float, default=3e-3)
-    parser.add_argument("--batches", type=int, default=15)
+    parser.add_argument("--batches", type=int, default=4)
     parser.add_argument("--groups", type=int, default=8)
     parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--lr", type=float, default=3e-4)
     parser.add_argument("--rank", type=int, default=16)
-    parser.add_argument("--temperature", type=float, default=0.5)
+    parser.add_argument("--temperature", type=float, default=0.5, help="of the evaluations")
+    parser.add_argument(
+        "--train-temperature", type=float, help="of the GRPO groups (default: --temperature)"
+    )
     parser.add_argument("--balanced", action="store_true", help="groups in dataset order")
     parser.add_argument("--eval-n", type=int, default=128)
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--carry-optimizer",
+        action="store_true",
+        help="GRPO continues the warm start's Adam moments instead of a fresh optimizer",
+    )
     args = parser.parse_args()
     rng = random.Random(args.seed)
+    train_temperature = args.train_temperature or args.temperature
     adapter = ModelRegistry().get(QWEN3_LEARNER).adapter()
     frame = harness_frame(Profile.model_validate_json((ROOT / "profiles/learner.json").read_text()))
 
@@ -119,10 +132,10 @@ def main() -> None:
             client.forward_backward([d for i in chosen for d in demos[i]], "cross_entropy").result()
             client.optim_step(optimizer).result()
 
-        def params(seed: int) -> tinker.SamplingParams:
+        def params(seed: int, temperature: float = args.temperature) -> tinker.SamplingParams:
             return tinker.SamplingParams(
                 max_tokens=args.max_tokens,
-                temperature=args.temperature,
+                temperature=temperature,
                 stop=list(train[0][0].stop_token_ids),
                 seed=seed,
             )
@@ -142,6 +155,11 @@ def main() -> None:
             print(f"{label}: {passed}/{args.eval_n} held-out", flush=True)
             return Proportion(passed, args.eval_n)
 
+        if not args.carry_optimizer:
+            # As on the platform: GRPO starts from the warm start's weights, not its Adam
+            # moments, so its first step is lr * sign(gradient) in every coordinate.
+            state = client.save_state("warm").result().path
+            client = service.create_training_client_from_state(state).result()
         sampler = client.save_weights_and_get_sampling_client()
         start = evaluate(sampler, "start")
         optimizer, order = tinker.AdamParams(learning_rate=args.lr, beta1=0.9, beta2=0.95), []
@@ -155,7 +173,7 @@ def main() -> None:
                 future = sampler.sample(
                     tinker.ModelInput.from_ints(prompt.tokens),
                     args.group_size,
-                    params(rng.randrange(1 << 30)),
+                    params(rng.randrange(1 << 30), train_temperature),
                 )
                 groups.append((prompt, word, future))
             datums, rewards, mixed = [], [], 0
