@@ -9,6 +9,7 @@ import pytest
 
 from synth_pipelines.contracts.interaction import Interaction
 from synth_pipelines.evidence.spool import Spool
+from synth_pipelines.evidence import staged_call
 from synth_pipelines.evidence.staged_call import TornCallError
 from tests.evidence_calls import interaction
 
@@ -70,3 +71,38 @@ def test_a_completion_is_refused_for_another_calls_prompt(tmp_path: Path):
     with pytest.raises(ValueError, match="completion of call call-2 given for call call-1"):
         spool.stage_completion(staged, interaction("call-2"))
     assert spool.staged_call_ids() == []
+
+
+def test_a_call_whose_completion_lands_while_the_spool_is_listed_is_pending_on_the_next_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The publisher lists the spool while the proxy appends completions: a file that grows
+    between the size it is measured at and the read of its trailer is not yet staged."""
+    spool = Spool(tmp_path)
+    call = interaction("call-1")
+    staged = spool.stage_prompt(call.call_id, call.prompt_tokens, call.request_json, None)
+    real_open = open
+
+    class CompletionLandsAfterSizing:
+        def __init__(self, path, mode):
+            self.handle = real_open(path, mode)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+        def seek(self, offset, whence=0):
+            position = self.handle.seek(offset, whence)
+            if whence == 2:
+                spool.stage_completion(staged, call)  # the proxy's real append, just then
+            return position
+
+        def read(self, *size):
+            return self.handle.read(*size)
+
+    monkeypatch.setattr(staged_call, "open", CompletionLandsAfterSizing, raising=False)
+    assert spool.pending() == 0
+    monkeypatch.undo()
+    assert spool.pending() == 1 and spool.staged_call_ids() == ["call-1"]

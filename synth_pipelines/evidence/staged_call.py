@@ -65,7 +65,7 @@ def trailer(prompt: tuple[int, int], completion: tuple[int, int]) -> bytes:
 
 def _trailer_of(size: int, tail: bytes) -> tuple[int, int, int, int] | None:
     """The trailer's (sizes, CRCs) if it accounts for a file of `size` bytes."""
-    if size < _TRAILER.size:
+    if size < _TRAILER.size or len(tail) != _TRAILER.size:
         return None
     prompt_size, prompt_crc, completion_size, completion_crc, magic = _TRAILER.unpack(tail)
     if magic != _MAGIC or prompt_size + completion_size + _TRAILER.size != size:
@@ -79,7 +79,9 @@ def is_complete(path: Path) -> bool:
         with open(path, "rb") as handle:
             size = handle.seek(0, 2)
             handle.seek(max(0, size - _TRAILER.size))
-            return _trailer_of(size, handle.read()) is not None
+            # Read the trailer's size only: the proxy may be appending the completion to a
+            # file that was still a bare prompt when its size was taken.
+            return _trailer_of(size, handle.read(_TRAILER.size)) is not None
     except FileNotFoundError:
         return False
 
