@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from synth_pipelines.contracts.interaction import Interaction
-from synth_pipelines.evidence.spool import Spool
 from synth_pipelines.evidence import staged_call
+from synth_pipelines.evidence.spool import Spool
 from synth_pipelines.evidence.staged_call import TornCallError
 from tests.evidence_calls import interaction
 
