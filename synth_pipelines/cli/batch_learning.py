@@ -71,7 +71,9 @@ def learning_tables(rows: list[dict]) -> list[Table]:
     """Two narrow tables (what sampling gave learning; what the step did), so that both
     read whole in an 80-column terminal. mixed/good/bad: shares of groups; used: groups
     that qualified; ac tok: sampled (action) tokens per turn; gnorm: gradient norm; f/b:
-    forward_backward."""
+    forward_backward. A run without training batches (an evaluation) has no tables."""
+    if not rows:
+        return []
     signal = Table(
         "batch",
         "reward",
