@@ -24,6 +24,9 @@ import time
 from pathlib import Path
 
 import tinker
+from tinker_cookbook.completers import TokensWithLogprobs
+from tinker_cookbook.rl.data_processing import trajectory_to_data
+from tinker_cookbook.rl.types import Trajectory, Transition
 
 from proxy.model_registry import ModelRegistry
 from synth_pipelines.contracts.profile import Profile
@@ -41,7 +44,6 @@ from synth_pipelines.tinker_local.names import QWEN3_LEARNER
 from synth_pipelines.tinker_local.server import serving
 
 ROOT = Path(__file__).resolve().parents[1]
-WORDS = ("red", "blue", "green", "gold")
 
 
 def _tasks(split: str) -> list[tuple[Path, str]]:
@@ -62,21 +64,16 @@ def _reward(adapter, prompt, tokens, stop, word: str) -> tuple[float, str]:
     return 0.0, "no tool call"
 
 
-def _datum(prompt: list[int], tokens: list[int], logprobs: list[float], advantage: float):
-    sequence = prompt + tokens
-    prefix = len(prompt) - 1
-    inputs = {
-        "target_tokens": (sequence[1:], "int64"),
-        "logprobs": ([0.0] * prefix + logprobs, "float32"),
-        "advantages": ([0.0] * prefix + [advantage] * len(tokens), "float32"),
-    }
-    return tinker.Datum(
-        model_input=tinker.ModelInput.from_ints(sequence[:-1]),
-        loss_fn_inputs={
-            name: tinker.TensorData(data=data, dtype=dtype, shape=[len(data)])
-            for name, (data, dtype) in inputs.items()
-        },
+def _datum(prompt: tinker.ModelInput, sequence, advantage: float) -> tinker.Datum:
+    """One sampled completion packed by tinker-cookbook, as the platform packs a call; the
+    mask stays local, as in the cookbook's training loop."""
+    action = TokensWithLogprobs(tokens=list(sequence.tokens), maybe_logprobs=sequence.logprobs)
+    step = Transition(ob=prompt, ac=action, reward=0.0, episode_done=True)
+    (datum,) = trajectory_to_data(
+        Trajectory(transitions=[step], final_ob=tinker.ModelInput.empty()), advantage
     )
+    inputs = {name: value for name, value in datum.loss_fn_inputs.items() if name != "mask"}
+    return tinker.Datum(model_input=datum.model_input, loss_fn_inputs=inputs)
 
 
 def main() -> None:
@@ -103,7 +100,9 @@ def main() -> None:
     )
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    train_temperature = args.train_temperature or args.temperature
+    train_temperature = (
+        args.temperature if args.train_temperature is None else args.train_temperature
+    )
     adapter = ModelRegistry().get(QWEN3_LEARNER).adapter()
     frame = harness_frame(Profile.model_validate_json((ROOT / "profiles/learner.json").read_text()))
 
@@ -162,7 +161,7 @@ def main() -> None:
             client = service.create_training_client_from_state(state).result()
         sampler = client.save_weights_and_get_sampling_client()
         start = evaluate(sampler, "start")
-        optimizer, order = tinker.AdamParams(learning_rate=args.lr, beta1=0.9, beta2=0.95), []
+        optimizer, order = adam(args.lr), []
         for index in range(args.batches):
             groups = []
             for _ in range(args.groups):
@@ -186,7 +185,7 @@ def main() -> None:
                 mean = sum(scores) / len(scores)
                 mixed += len(set(scores)) > 1
                 datums += [
-                    _datum(prompt.tokens, list(s.tokens), list(s.logprobs), r - mean)
+                    _datum(tinker.ModelInput.from_ints(prompt.tokens), s, r - mean)
                     for s, r in zip(sequences, scores, strict=True)
                     if r != mean
                 ]
