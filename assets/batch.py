@@ -30,7 +30,12 @@ from resources.object_store import ObjectStoreResource
 from resources.training import TrainingService
 from synth_pipelines.config import settings
 from synth_pipelines.contracts.assessment import Assessment
-from synth_pipelines.contracts.learning import DatumRow, PolicyBinding, QualifiedAttempt
+from synth_pipelines.contracts.learning import (
+    DatumRow,
+    PolicyBinding,
+    QualifiedAttempt,
+    same_datums,
+)
 from synth_pipelines.contracts.plan import TrainPlan
 from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.contracts.run_spec import RunSpec, parse_batch_key
@@ -246,7 +251,7 @@ async def batch(
         )
     elif "policy_update" in selected:
         stored = DatumRow.from_table(load_table(engine, store, "datums", context.partition_key))
-        if sorted(stored, key=lambda row: row.key) != sorted(rows, key=lambda row: row.key):
+        if not same_datums(stored, rows):
             raise dg.Failure(
                 description="the evidence read now packs other datums than the batch's datums "
                 "table; evidence changed after the datums were recorded"

@@ -59,3 +59,8 @@ class DatumRow(TableRow):
     def key(self) -> tuple[str, str, int]:
         """Which datum this is, whatever order it was packed in."""
         return (self.attempt_id, self.agent_id, self.datum_index)
+
+
+def same_datums(first: list[DatumRow], second: list[DatumRow]) -> bool:
+    """Whether two packings of a batch hold the same datums, in whatever order."""
+    return sorted(first, key=lambda row: row.key) == sorted(second, key=lambda row: row.key)

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import Engine
 
-from synth_pipelines.contracts.learning import DatumRow, PolicyBinding
+from synth_pipelines.contracts.learning import DatumRow, PolicyBinding, same_datums
 from synth_pipelines.contracts.run_spec import RunSpec, batch_key
 from synth_pipelines.control.checkpoints import (
     Checkpoint,
@@ -61,8 +61,8 @@ async def apply_update(
     existing = await asyncio.to_thread(find_update, engine, spec.run_id, batch)
     if existing is not None and existing.status == "acknowledged":
         return existing.metrics
-    submitted = sorted(trainer.submitted_rows(), key=lambda row: row.key)
-    if submitted != sorted(rows, key=lambda row: row.key):
+    submitted = trainer.submitted_rows()
+    if not same_datums(submitted, rows):
         if submitted:
             raise UnresolvedUpdateError(
                 f"the datums submitted while {batch} sampled differ from its datums table"
