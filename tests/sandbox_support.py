@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -133,3 +134,28 @@ def isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     settings.cache_clear()
     yield tmp_path / "state"
     settings.cache_clear()
+
+
+def processes_named(marker: str) -> list[int]:
+    """Host processes whose argv[0] starts with `marker` (what `exec -a` gives them)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv0 = (entry / "cmdline").read_bytes().split(b"\0", 1)[0]
+            except OSError:
+                continue
+            if argv0.startswith(marker.encode()):
+                found.append(int(entry.name))
+    return sorted(found)
+
+
+def wait_for_processes(marker: str, count: int, timeout: float = 30.0) -> list[int]:
+    """The `count` processes named `marker`, once they exist: a command backgrounded
+    with `&` inside a sandbox may not have exec'd when the shell that started it
+    returns, so one read of /proc right after can find nothing."""
+    deadline = time.monotonic() + timeout
+    while len(found := processes_named(marker)) < count:
+        assert time.monotonic() < deadline, f"{count} process(es) named {marker} never appeared"
+        time.sleep(0.05)
+    return found

@@ -29,6 +29,7 @@ from sandbox_support import (
     requires_cgroups,
     sandbox_cgroups,
     sandbox_dirs,
+    wait_for_processes,
 )
 
 from synth_pipelines.config import settings
@@ -47,18 +48,6 @@ requires_freezer = pytest.mark.skipif(
 @pytest.fixture(autouse=True)
 def state_dir(tmp_path, monkeypatch):
     yield from isolated_state(tmp_path, monkeypatch)
-
-
-def host_processes_with(marker: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
 
 
 def wait_for(condition, timeout: float = 30.0) -> None:
@@ -112,7 +101,7 @@ def test_cgroups_made_below_a_command_go_with_what_runs_in_them(tmp_path):
     async def go():
         await environment.start(force_build=False)
         await environment.exec(f"setsid bash -c 'exec -a {marker} sleep 300' >/dev/null 2>&1 &")
-        (pid,) = host_processes_with(marker)
+        (pid,) = wait_for_processes(marker, 1)
         for sandbox in sandbox_cgroups(environment.sandbox_dir.name):
             (leaf,) = [
                 child
@@ -140,7 +129,7 @@ def test_a_sandbox_that_cannot_be_removed_is_quarantined_and_the_next_one_starts
     async def go():
         await environment.start(force_build=False)
         await environment.exec(f"setsid bash -c 'exec -a {marker} sleep 300' >/dev/null 2>&1 &")
-        (pid,) = host_processes_with(marker)
+        (pid,) = wait_for_processes(marker, 1)
         with frozen(pid), caplog.at_level(logging.WARNING):
             await environment.stop(delete=True)
             return await start_and_stop_another(tmp_path)
@@ -190,7 +179,7 @@ def test_an_orphan_that_cannot_be_removed_is_quarantined_and_the_next_start_succ
         text=True,
     )
     name = owner.stdout.readline().strip()
-    (pid,) = [pid for pid in host_processes_with(marker) if pid != owner.pid]
+    (pid,) = wait_for_processes(marker, 1)
     try:
         with frozen(pid), caplog.at_level(logging.WARNING):
             owner.kill()

@@ -12,8 +12,10 @@ from sandbox_support import (
     isolated_state,
     make_environment,
     make_task,
+    processes_named,
     sandbox_cgroups,
     sandbox_dirs,
+    wait_for_processes,
 )
 
 from synth_pipelines.sandbox.leases import reclaim_orphans
@@ -26,18 +28,6 @@ def state_dir(tmp_path, monkeypatch):
     yield from isolated_state(tmp_path, monkeypatch)
 
 
-def host_processes_with(marker: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
 def test_stop_leaves_no_process_directory_or_cgroup(tmp_path):
     environment = make_environment(make_task(tmp_path), tmp_path / "trial")
     marker = "sandbox-teardown-probe"
@@ -46,14 +36,14 @@ def test_stop_leaves_no_process_directory_or_cgroup(tmp_path):
         await environment.start(force_build=False)
         await environment.exec(f"nohup bash -c 'exec -a {marker} sleep 300' >/dev/null 2>&1 &")
         await environment.exec(f"setsid bash -c 'exec -a {marker}-2 sleep 300' &")
-        running = host_processes_with(marker)
+        running = wait_for_processes(marker, 2)
         init_pid = environment._init.pid
         await environment.stop(delete=True)
         return running, init_pid
 
     running, init_pid = asyncio.run(go())
     assert len(running) == 2
-    assert host_processes_with(marker) == []
+    assert processes_named(marker) == []
     assert not Path(f"/proc/{init_pid}").exists()
     assert sandbox_dirs() == []
     assert sandbox_cgroups(environment.sandbox_dir.name) == []
