@@ -39,6 +39,7 @@ from synth_pipelines.learning.demonstrations import (
 from synth_pipelines.learning.trainer import adam
 from synth_pipelines.learning.warm_start import turn_datum
 from synth_pipelines.runtime.comparison import Proportion, fisher_exact
+from synth_pipelines.tinker_local.allocator import keep_freed_memory
 from synth_pipelines.tinker_local.app import create_app
 from synth_pipelines.tinker_local.names import QWEN3_LEARNER
 from synth_pipelines.tinker_local.server import serving
@@ -99,6 +100,7 @@ def main() -> None:
         help="GRPO continues the warm start's Adam moments instead of a fresh optimizer",
     )
     args = parser.parse_args()
+    keep_freed_memory()  # as `synth model serve` does
     rng = random.Random(args.seed)
     train_temperature = (
         args.temperature if args.train_temperature is None else args.train_temperature

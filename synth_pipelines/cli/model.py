@@ -42,8 +42,10 @@ def serve(
     ] = False,
 ) -> None:
     """Serve the Tinker wire protocol for the base models until interrupted."""
+    from synth_pipelines.tinker_local.allocator import keep_freed_memory
     from synth_pipelines.tinker_local.app import create_app
 
+    keep_freed_memory()
     names = base_model or [QWEN3_TINY]
     try:
         app = create_app(names, scripted=scripted, max_loaded=max_loaded)
