@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -136,26 +136,40 @@ def isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     settings.cache_clear()
 
 
-def processes_named(marker: str) -> list[int]:
-    """Host processes whose argv[0] starts with `marker` (what `exec -a` gives them)."""
-    found = []
+def wait_for[T](condition: Callable[[], T], timeout: float = 30.0) -> T:
+    """The first true value of `condition`, polled until `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+    return value
+
+
+def processes_with(marker: str) -> dict[int, bytes]:
+    """Host processes whose command line holds `marker`, with that command line."""
+    found = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                argv0 = (entry / "cmdline").read_bytes().split(b"\0", 1)[0]
+                cmdline = (entry / "cmdline").read_bytes()
             except OSError:
                 continue
-            if argv0.startswith(marker.encode()):
-                found.append(int(entry.name))
-    return sorted(found)
+            if marker.encode() in cmdline:
+                found[int(entry.name)] = cmdline
+    return found
 
 
 def wait_for_processes(marker: str, count: int, timeout: float = 30.0) -> list[int]:
-    """The `count` processes named `marker`, once they exist: a command backgrounded
-    with `&` inside a sandbox may not have exec'd when the shell that started it
-    returns, so one read of /proc right after can find nothing."""
-    deadline = time.monotonic() + timeout
-    while len(found := processes_named(marker)) < count:
-        assert time.monotonic() < deadline, f"{count} process(es) named {marker} never appeared"
-        time.sleep(0.05)
-    return found
+    """The `count` processes that `exec -a {marker}...` named, once they exist: a command
+    backgrounded with `&` inside a sandbox may not have exec'd when the shell that started
+    it returns, so one read of /proc right after can find nothing, or only the shell."""
+
+    def named() -> list[int]:
+        found = [
+            pid
+            for pid, cmdline in processes_with(marker).items()
+            if cmdline.startswith(marker.encode())
+        ]
+        return sorted(found) if len(found) >= count else []
+
+    return wait_for(named, timeout)

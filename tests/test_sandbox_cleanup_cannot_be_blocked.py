@@ -16,7 +16,6 @@ import logging
 import secrets
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,6 +28,7 @@ from sandbox_support import (
     requires_cgroups,
     sandbox_cgroups,
     sandbox_dirs,
+    wait_for,
     wait_for_processes,
 )
 
@@ -48,13 +48,6 @@ requires_freezer = pytest.mark.skipif(
 @pytest.fixture(autouse=True)
 def state_dir(tmp_path, monkeypatch):
     yield from isolated_state(tmp_path, monkeypatch)
-
-
-def wait_for(condition, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 @contextmanager

@@ -12,7 +12,7 @@ from sandbox_support import (
     isolated_state,
     make_environment,
     make_task,
-    processes_named,
+    processes_with,
     sandbox_cgroups,
     sandbox_dirs,
     wait_for_processes,
@@ -43,7 +43,7 @@ def test_stop_leaves_no_process_directory_or_cgroup(tmp_path):
 
     running, init_pid = asyncio.run(go())
     assert len(running) == 2
-    assert processes_named(marker) == []
+    assert processes_with(marker) == {}
     assert not Path(f"/proc/{init_pid}").exists()
     assert sandbox_dirs() == []
     assert sandbox_cgroups(environment.sandbox_dir.name) == []
