@@ -8,8 +8,11 @@ a model that solves a held-out task has read the word off an instruction it has 
 and a constant answer is right on a quarter of them.
 
 Each task carries its demonstration (`solution/demonstration.json`): the conversation that
-follows the instruction in a solving run, as Anthropic Messages (a `write_file` call, the
-built-in agent's tool result, a short final reply), for supervised warm starts.
+follows the instruction in a demonstrator's run, as Anthropic Messages (a `write_file` call,
+the built-in agent's tool result, a short final reply), for supervised warm starts. On a
+seeded share of the training tasks (the same share of each word's tasks) the demonstrator
+ends the word with a full stop, which the verifier rejects: a warm start imitates that habit
+along with the format, and only the verifier's reward says which of the two the tests want.
 
 Usage: `python scripts/generate_learning_tasks.py [--seed N] [--out DIR]`. The output is a
 function of the seed alone; `datasets/learn/` is this script's output for the default seed.
@@ -48,6 +51,8 @@ PHRASINGS = tuple(f"{opening} {request}" for opening in OPENINGS for request in 
 WORDS = ("red", "blue", "green", "gold")
 FINAL_TEXT = "Done."
 HELDOUT_SIZE = 64
+FULL_STOP_SHARE = 0.3
+"""Of each word's training tasks, the share whose demonstration writes the word with a full stop."""
 DEFAULT_SEED = 20251130
 SPLITS = ("train", "heldout")
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "datasets" / "learn"
@@ -67,6 +72,7 @@ category = "learning"
 split = "{split}"
 phrasing = {phrasing}
 answer = "{word}"
+demonstration_passes = {passes}
 
 [verifier]
 environment_mode = "separate"
@@ -122,8 +128,10 @@ Every phrasing and every word occurs in `train/`; no held-out (phrasing, word) p
 Each task has the layout of `datasets/sample/` (Dockerfile subset `FROM`/`WORKDIR`/`COPY`, a
 separate verifier, the answer file declared as an artifact and present, empty, in the
 starting state) and its demonstration in `solution/demonstration.json`: the conversation
-after the instruction of a run that solves it, as Anthropic Messages (a `write_file` call,
-the built-in agent's tool result, and a short final reply).
+after the instruction of a demonstrator's run, as Anthropic Messages (a `write_file` call,
+the built-in agent's tool result, and a short final reply). On {full_stops} of the {train}
+training tasks (the same share of each word's) the demonstrator writes the word with a full
+stop, which the verifier rejects; those tasks say `demonstration_passes = false`.
 """
 
 
@@ -132,6 +140,7 @@ class LearningTask:
     phrasing: int
     word: str
     split: str
+    full_stop: bool = False
 
     @property
     def name(self) -> str:
@@ -144,7 +153,8 @@ class LearningTask:
     @property
     def demonstration(self) -> dict[str, list[dict[str, object]]]:
         """The conversation after the instruction; the tool result is the built-in agent's."""
-        write = {"path": ANSWER_PATH, "content": self.word}
+        content = f"{self.word}." if self.full_stop else self.word
+        write = {"path": ANSWER_PATH, "content": content}
         return {
             "messages": [
                 {
@@ -159,7 +169,7 @@ class LearningTask:
                         {
                             "type": "tool_result",
                             "tool_use_id": "toolu_1",
-                            "content": f"wrote {len(self.word)} characters to {ANSWER_PATH}",
+                            "content": f"wrote {len(content)} characters to {ANSWER_PATH}",
                             "is_error": False,
                         }
                     ],
@@ -182,10 +192,23 @@ def split_pairs(seed: int) -> dict[str, list[tuple[int, str]]]:
             return {"train": sorted(train), "heldout": sorted(heldout)}
 
 
+def full_stop_pairs(train: list[tuple[int, str]], seed: int) -> set[tuple[int, str]]:
+    """The training pairs whose demonstration ends the word with a full stop: the same share
+    of each word's pairs, so that the habit says nothing about which word is right."""
+    rng = random.Random(seed)
+    chosen: set[tuple[int, str]] = set()
+    for word in WORDS:
+        of_word = [pair for pair in train if pair[1] == word]
+        chosen.update(rng.sample(of_word, round(FULL_STOP_SHARE * len(of_word))))
+    return chosen
+
+
 def learning_tasks(seed: int) -> list[LearningTask]:
+    splits = split_pairs(seed)
+    full_stops = full_stop_pairs(splits["train"], seed)
     return [
-        LearningTask(phrasing, word, split)
-        for split, pairs in split_pairs(seed).items()
+        LearningTask(phrasing, word, split, (phrasing, word) in full_stops)
+        for split, pairs in splits.items()
         for phrasing, word in pairs
     ]
 
@@ -198,6 +221,7 @@ def task_files(task: LearningTask) -> dict[str, str]:
         "phrasing": task.phrasing,
         "word": task.word,
         "path": ANSWER_PATH,
+        "passes": "false" if task.full_stop else "true",
     }
     return {
         "task.toml": TASK_TOML.format(**values),
@@ -230,6 +254,7 @@ def write_dataset(out: Path, seed: int) -> list[LearningTask]:
             phrasings=len(PHRASINGS),
             words=", ".join(WORDS),
             path=ANSWER_PATH,
+            full_stops=sum(task.full_stop for task in tasks),
             **counts,
         )
     )

@@ -1,6 +1,7 @@
 """The bundled `learn` task family: Harbor tasks from a seeded generator, split into train and
-held-out (phrasing, word) pairs that never overlap, each with a demonstration, and solvable in
-the local sandbox."""
+held-out (phrasing, word) pairs that never overlap, each with a demonstration (on a fixed
+share of each word's training tasks one the verifier rejects), and solvable in the local
+sandbox."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import importlib.util
 import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -149,7 +151,8 @@ def test_task_parses_with_harbor_and_its_instruction_ends_with_the_answer_word(t
 
 @each_task
 def test_demonstration_writes_the_answer_then_stops(task_dir: Path, tmp_path: Path):
-    answer = Task(task_dir).config.metadata["answer"]
+    metadata = Task(task_dir).config.metadata
+    answer = metadata["answer"] if metadata["demonstration_passes"] else f"{metadata['answer']}."
     messages = json.loads((task_dir / "solution" / "demonstration.json").read_text())["messages"]
     assert [message["role"] for message in messages] == ["assistant", "user", "assistant"]
     (call,) = messages[0]["content"]
@@ -161,6 +164,31 @@ def test_demonstration_writes_the_answer_then_stops(task_dir: Path, tmp_path: Pa
     assert result["tool_use_id"] == call["id"] and result["is_error"] is failed is False
     assert result["content"] == agent_text.replace(written, "/app/answer.txt")
     assert messages[2]["content"] == [{"type": "text", "text": generator.FINAL_TEXT}]
+
+
+def test_the_same_share_of_each_words_training_demonstrations_ends_with_a_full_stop():
+    """The habit the verifier rejects is spread evenly over the answer words, so imitating it
+    says nothing about which word is right; held-out demonstrations all pass."""
+    for split, share in (("train", generator.FULL_STOP_SHARE), ("heldout", 0.0)):
+        metadata = [Task(path).config.metadata for path in _split_dirs(split)]
+        for word in generator.WORDS:
+            of_word = [seen for seen in metadata if seen["answer"] == word]
+            failing = sum(not seen["demonstration_passes"] for seen in of_word)
+            assert failing == round(share * len(of_word)), (split, word)
+
+
+def test_the_verifier_rejects_the_full_stop_and_accepts_surrounding_whitespace(tmp_path: Path):
+    """The check `tests/test.sh` runs on the answer file, run here on files of each kind."""
+    (task_dir,) = [path for path in _split_dirs("train") if path.name == "learn-p00-blue"]
+    check = re.search(r"python3 -c '(.*?)' ", (task_dir / "tests" / "test.sh").read_text(), re.S)
+    assert check is not None
+    verdicts = {}
+    for content in ("blue", "blue\n", " blue ", "blue.", "Blue"):
+        answer = tmp_path / "answer.txt"
+        answer.write_text(content)
+        done = subprocess.run([sys.executable, "-c", check.group(1), str(answer), "blue"])
+        verdicts[content] = done.returncode == 0
+    assert verdicts == {"blue": True, "blue\n": True, " blue ": True, "blue.": False, "Blue": False}
 
 
 @pytest.mark.parametrize("split", ["train", "heldout"])
