@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 SYNTH=.venv/bin/synth
 PY=.venv/bin/python
 SEED=${SYNTH_DEMO_SEED:-0}
-KEY=demo-learn-r2-s${SEED}
+KEY=demo-learn-r3-s${SEED}
 
 step_started=$SECONDS
 took() { echo "   ($1 took $((SECONDS - step_started)) s; $((SECONDS / 60)) min $((SECONDS % 60)) s so far)"; step_started=$SECONDS; }
@@ -20,9 +20,9 @@ $SYNTH dataset publish datasets/learn/train --name synth/learn-train --version v
 $SYNTH dataset publish datasets/learn/heldout --name synth/learn-heldout --version v1
 took "publishing"
 
-echo "== base model: the untrained learner on the held-out tasks (each task once)"
+echo "== base model: the untrained learner on half the held-out tasks (each once)"
 baseline=$($SYNTH run start --dataset synth/learn-heldout@v1 --actor @profiles/learner.json \
-  --plan "$(with_seed plans/learn-eval.json '{"attempts_per_task": 1}')" \
+  --plan "$(with_seed plans/learn-eval.json '{"attempts_per_task": 1, "max_tasks": 32}')" \
   --idempotency-key "$KEY-baseline" --wait --json | field 'd["run_id"]')
 took "baseline evaluation"
 
