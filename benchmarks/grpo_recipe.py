@@ -7,7 +7,7 @@ importance-sampling loss, one optimizer step per batch), and held-out pass@1 aga
 baseline is the start checkpoint, measured in the same run; the script prints both, the
 gain and Fisher's exact p. It isolates the recipe from the platform's per-attempt cost.
 
-.venv/bin/python -m benchmarks.grpo_recipe [--warm-steps 50] [--batches 4] [--lr 3e-4]
+.venv/bin/python -m benchmarks.grpo_recipe [--warm-steps 40] [--batches 4] [--lr 3e-4]
     [--temperature 0.5] [--train-temperature T] [--balanced] [--carry-optimizer] [--seed 0]
 
 By default GRPO starts with a fresh Adam state, as a platform run from a warm-start
@@ -79,7 +79,7 @@ def _datum(prompt: tinker.ModelInput, sequence, advantage: float) -> tinker.Datu
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--warm-steps", type=int, default=50)
+    parser.add_argument("--warm-steps", type=int, default=40)
     parser.add_argument("--warm-lr", type=float, default=3e-3)
     parser.add_argument("--batches", type=int, default=4)
     parser.add_argument("--groups", type=int, default=8)

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 SYNTH=.venv/bin/synth
 PY=.venv/bin/python
 SEED=${SYNTH_DEMO_SEED:-0}
-KEY=demo-learn-r3-s${SEED}
+KEY=demo-learn-r4-s${SEED}
 
 step_started=$SECONDS
 took() { echo "   ($1 took $((SECONDS - step_started)) s; $((SECONDS / 60)) min $((SECONDS % 60)) s so far)"; step_started=$SECONDS; }
