@@ -348,17 +348,17 @@ class _MergedHead:
 
     def __init__(self, slot: LoraSlot):
         self.slot = slot
-        self._made_from: tuple[object, ...] = ()
+        self._parts: tuple[torch.Tensor, ...] = ()
+        self._versions: tuple[int, ...] = ()
+        self._scale = 0.0
         self._columns = torch.empty(0)
 
     @staticmethod
     def over(head: nn.Module):
-        weight = getattr(getattr(head, "base", None), "weight", None)
         if (
             isinstance(head, LoraSlot)
-            and weight is not None
-            and weight.device.type == "cpu"
-            and weight.dtype == torch.float32
+            and head.base.weight.device.type == "cpu"
+            and head.base.weight.dtype == torch.float32
         ):
             return _MergedHead(head)
         return lambda hidden: next_token_logprobs(head, hidden)
@@ -370,18 +370,17 @@ class _MergedHead:
         weight, factors = self.slot.base.weight, self.slot.factors
         parts = (weight, *(factors or ()))
         # Inference tensors keep no version counter, and cannot be changed outside it.
-        versions = (0 if part.is_inference() else part._version for part in parts)
-        made_from = (*parts, *versions, self.slot.scale)
-        if len(made_from) != len(self._made_from) or any(
-            now is not then if isinstance(now, torch.Tensor) else now != then
-            for now, then in zip(made_from, self._made_from, strict=True)
-        ):
+        versions = tuple(0 if part.is_inference() else part._version for part in parts)
+        same_parts = len(parts) == len(self._parts) and all(
+            now is then for now, then in zip(parts, self._parts, strict=True)
+        )
+        if not (same_parts and versions == self._versions and self.slot.scale == self._scale):
             merged = weight.detach()
             if factors is not None:
                 down, up = factors
                 merged = merged + (up.detach() @ down.detach()) * self.slot.scale
             self._columns = merged.t().contiguous()
-            self._made_from = made_from
+            self._parts, self._versions, self._scale = parts, versions, self.slot.scale
         return self._columns
 
 
