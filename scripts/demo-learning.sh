@@ -9,14 +9,14 @@ cd "$(dirname "$0")/.."
 SYNTH=.venv/bin/synth
 PY=.venv/bin/python
 SEED=${SYNTH_DEMO_SEED:-0}
-KEY=demo-learn-r4-s${SEED}
+KEY=demo-learn-r5-s${SEED}
 
 step_started=$SECONDS
 took() { echo "   ($1 took $((SECONDS - step_started)) s; $((SECONDS / 60)) min $((SECONDS % 60)) s so far)"; step_started=$SECONDS; }
 field() { "$PY" -c 'import json, sys; d = json.load(sys.stdin); print(eval(sys.argv[1], {}, {"d": d}))' "$1"; }
 with_seed() { "$PY" -c 'import json, sys; p = json.load(open(sys.argv[1])); p["seed"] = int(sys.argv[2]); p.update(json.loads(sys.argv[3])); print(json.dumps(p))' "$1" "$SEED" "${2:-{\}}"; }
 
-$SYNTH dataset publish datasets/learn/train --name synth/learn-train --version v1
+$SYNTH dataset publish datasets/learn/train --name synth/learn-train --version v2
 $SYNTH dataset publish datasets/learn/heldout --name synth/learn-heldout --version v1
 took "publishing"
 
@@ -27,7 +27,7 @@ baseline=$($SYNTH run start --dataset synth/learn-heldout@v1 --actor @profiles/l
 took "baseline evaluation"
 
 echo "== warm start on the training tasks' demonstrations"
-warm=$($SYNTH train start --dataset synth/learn-train@v1 --actor @profiles/learner.json \
+warm=$($SYNTH train start --dataset synth/learn-train@v2 --actor @profiles/learner.json \
   --plan "$(with_seed plans/warm-start.json)" --idempotency-key "$KEY-warm" --wait --json \
   | field 'd["run_id"]')
 warm_checkpoint=$($SYNTH run checkpoints "$warm" --json | field 'd[-1]["sampler_path"]')
@@ -40,7 +40,7 @@ start=$($SYNTH run start --dataset synth/learn-heldout@v1 --actor @profiles/lear
 took "start evaluation"
 
 echo "== GRPO training batches from the warm start"
-trained=$($SYNTH train start --dataset synth/learn-train@v1 --actor @profiles/learner.json \
+trained=$($SYNTH train start --dataset synth/learn-train@v2 --actor @profiles/learner.json \
   --plan "$(with_seed plans/learn-train.json)" --model "$warm_checkpoint" \
   --idempotency-key "$KEY-grpo" --wait --json | field 'd["run_id"]')
 final_checkpoint=$($SYNTH run checkpoints "$trained" --json | field 'd[-1]["sampler_path"]')

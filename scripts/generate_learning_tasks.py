@@ -51,7 +51,7 @@ PHRASINGS = tuple(f"{opening} {request}" for opening in OPENINGS for request in 
 WORDS = ("red", "blue", "green", "gold")
 FINAL_TEXT = "Done."
 HELDOUT_SIZE = 64
-FULL_STOP_SHARE = 0.3
+FULL_STOP_SHARE = 0.5
 """Of each word's training tasks, the share whose demonstration writes the word with a full stop."""
 DEFAULT_SEED = 20251130
 SPLITS = ("train", "heldout")

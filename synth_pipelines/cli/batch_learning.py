@@ -70,8 +70,9 @@ def _number(value: float | None, spec: str) -> str:
 def learning_tables(rows: list[dict]) -> list[Table]:
     """Two narrow tables (what sampling gave learning; what the step did), so that both
     read whole in an 80-column terminal. mixed/good/bad: shares of groups; used: groups
-    that qualified; ac tok: sampled (action) tokens per turn; gnorm: gradient norm; f/b:
-    forward_backward. A run without training batches (an evaluation) has no tables."""
+    that qualified; ac tok: sampled (action) tokens per turn; gnorm: gradient norm; ent: mean
+    sampled-token entropy; f/b: forward_backward; opt: the optimizer step. A run without
+    training batches (an evaluation) has no tables."""
     if not rows:
         return []
     signal = Table(
@@ -88,23 +89,23 @@ def learning_tables(rows: list[dict]) -> list[Table]:
         title="learning per batch: signal",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
-        padding=(0, 1),
+        padding=(0, 1, 0, 0),
     )
     update = Table(
         "batch",
         "lr",
         "loss",
         "gnorm",
-        "entropy",
+        "ent",
         "kl v1",
         "kl v2",
         "samp s",
         "f/b s",
-        "optim s",
+        "opt s",
         title="learning per batch: update",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
-        padding=(0, 1),
+        padding=(0, 1, 0, 0),
     )
     for row in rows:
         step = "yes" if row["optimizer_step"] else "NO"
@@ -125,7 +126,7 @@ def learning_tables(rows: list[dict]) -> list[Table]:
         update.add_row(
             str(row["batch_index"]),
             _number(row["learning_rate"], ".0e"),
-            _number(row["loss"], ".4f"),
+            _number(row["loss"], ".3g"),
             _number(row["grad_norm"], ".3g"),
             _number(row["entropy"], ".3f"),
             _number(row["kl_sample_train_v1"], ".1e"),

@@ -172,6 +172,22 @@ def trial_config(
     )
 
 
+def attempt_identity(attempt: AttemptContext, actor: Actor) -> dict[str, object]:
+    """The fields that name an attempt in its outcome row, whatever became of its trial."""
+    return {
+        "run_id": attempt.run_id,
+        "batch": attempt.batch,
+        "attempt_id": attempt.attempt_id,
+        "group_index": attempt.group_index,
+        "attempt_index": attempt.attempt_index,
+        "task_position": attempt.task.position,
+        "task_name": attempt.task.name,
+        "task_digest": attempt.task.digest,
+        "actor_digest": actor.pinned.digest,
+        "effective_model": actor.model,
+    }
+
+
 def outcome_from_result(
     attempt: AttemptContext,
     actor: Actor,
@@ -191,18 +207,9 @@ def outcome_from_result(
         reward_found=rewards is not None,
     )
     return TrialOutcome(
-        run_id=attempt.run_id,
-        batch=attempt.batch,
-        attempt_id=attempt.attempt_id,
-        group_index=attempt.group_index,
-        attempt_index=attempt.attempt_index,
-        task_position=attempt.task.position,
-        task_name=attempt.task.name,
-        task_digest=attempt.task.digest,
+        **attempt_identity(attempt, actor),
         trial_name=result.trial_name,
         trial_id=str(result.id),
-        actor_digest=actor.pinned.digest,
-        effective_model=actor.model,
         status="completed" if error is None else "failed",
         rewards_json=json.dumps(rewards, sort_keys=True) if rewards is not None else None,
         rationale=read_rationale(trial_dir),
@@ -241,18 +248,9 @@ def unprepared_outcome(
         type(error).__name__, message, verified=False, reward_found=False
     )
     return TrialOutcome(
-        run_id=attempt.run_id,
-        batch=attempt.batch,
-        attempt_id=attempt.attempt_id,
-        group_index=attempt.group_index,
-        attempt_index=attempt.attempt_index,
-        task_position=attempt.task.position,
-        task_name=attempt.task.name,
-        task_digest=attempt.task.digest,
+        **attempt_identity(attempt, actor),
         trial_name=attempt.attempt_id,
         trial_id=trial_id,
-        actor_digest=actor.pinned.digest,
-        effective_model=actor.model,
         status="failed",
         rewards_json=None,
         rationale=None,
