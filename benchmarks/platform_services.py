@@ -1,7 +1,7 @@
 """The embedded platform on free ports in a fresh state directory, model service scripted.
 
-The same services `synth up` starts (model service, capture proxy, Dagster daemon and
-webserver), by the same supervisor, except that the model service runs `--scripted` so
+The same services `synth up` starts (model service, capture proxy, Dagster code server,
+daemon and webserver), by the same supervisor, except that the model service runs `--scripted` so
 each call costs what the benchmark scripts and not a forward pass.
 """
 
@@ -18,7 +18,7 @@ import httpx
 from benchmarks.proxy_processes import free_port
 from synth_pipelines.config import Settings, settings
 from synth_pipelines.control.database import engine_for
-from synth_pipelines.services.embedded import embedded_services
+from synth_pipelines.services.embedded import embedded_services, write_code_server_workspace
 from synth_pipelines.services.supervisor import Service, running_pid, start, stop
 
 
@@ -79,6 +79,7 @@ def start_platform(root: Path) -> Platform:
     # the daemon and webserver starting together can both stamp its schema (two alembic
     # heads), after which no process loads the code location. Create it here, once.
     dg.DagsterInstance.get().dispose()
+    write_code_server_workspace(config)
     services = [_scripted(service) for service in embedded_services(config)]
     platform = Platform(config, services, {})
     try:

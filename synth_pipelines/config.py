@@ -101,6 +101,12 @@ class Settings(BaseSettings):
         return self.state_dir / "proxy-sandbox.sock"
 
     @property
+    def dagster_code_socket(self) -> Path:
+        """Where the embedded default's long-lived Dagster code server listens; the daemon
+        and the webserver both connect to it (`services/embedded.py`)."""
+        return self.state_dir / "dagster-code.sock"
+
+    @property
     def work_dir(self) -> Path:
         """Scratch space for trial directories and sandboxes; never authoritative."""
         return self.state_dir / "work"

@@ -232,8 +232,9 @@ class RunWorker:
 
 @dataclass
 class DagsterDaemon:
-    """`dagster-daemon run` on the embedded workspace, as `synth up` starts it. Killing it
-    kills the daemon process alone: its code server finishes the runs it launched."""
+    """`dagster-daemon run` on the project's `workspace.yaml`, which loads the definitions in
+    a code server of the daemon's own. Killing the daemon kills it alone: its code server
+    finishes the runs it launched."""
 
     log: Path
     process: subprocess.Popen | None = None

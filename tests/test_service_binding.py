@@ -56,6 +56,7 @@ def test_every_service_synth_up_starts_listens_on_loopback_only(embedded_env):
         assert set(services) == {
             "model-service",
             "capture-proxy",
+            "dagster-code-server",
             "dagster-daemon",
             "dagster-webserver",
         }

@@ -67,6 +67,10 @@ def _number(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _table(title: str, *columns: str) -> Table:
+    return Table(*columns, title=title, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0))
+
+
 def learning_tables(rows: list[dict]) -> list[Table]:
     """Two narrow tables (what sampling gave learning; what the step did), so that both
     read whole in an 80-column terminal. mixed/good/bad: shares of groups; used: groups
@@ -75,7 +79,8 @@ def learning_tables(rows: list[dict]) -> list[Table]:
     training batches (an evaluation) has no tables."""
     if not rows:
         return []
-    signal = Table(
+    signal = _table(
+        "learning per batch: signal",
         "batch",
         "reward",
         "std",
@@ -86,12 +91,9 @@ def learning_tables(rows: list[dict]) -> list[Table]:
         "datums",
         "ac tok",
         "step",
-        title="learning per batch: signal",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-        padding=(0, 1, 0, 0),
     )
-    update = Table(
+    update = _table(
+        "learning per batch: update",
         "batch",
         "lr",
         "loss",
@@ -102,10 +104,6 @@ def learning_tables(rows: list[dict]) -> list[Table]:
         "samp s",
         "f/b s",
         "opt s",
-        title="learning per batch: update",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-        padding=(0, 1, 0, 0),
     )
     for row in rows:
         step = "yes" if row["optimizer_step"] else "NO"

@@ -8,7 +8,11 @@ from rich.table import Table
 from synth_pipelines.cli.output import JSON_OPTION, console, emit, fail
 from synth_pipelines.config import settings
 from synth_pipelines.runtime.served_models import model_service_capabilities
-from synth_pipelines.services.embedded import MODEL_SERVICE, embedded_services
+from synth_pipelines.services.embedded import (
+    MODEL_SERVICE,
+    embedded_services,
+    write_code_server_workspace,
+)
 from synth_pipelines.services.supervisor import ServiceStartError, log_file, start, stop
 
 services_app = typer.Typer()
@@ -25,10 +29,12 @@ def _create_dagster_storage(home: str) -> None:
 
 @services_app.command("up")
 def up(as_json: bool = JSON_OPTION) -> None:
-    """Start the embedded services unless they run: model service, proxy, Dagster daemon and UI."""
+    """Start the embedded services unless they run: model service, proxy, Dagster code server,
+    daemon and UI."""
     config = settings()
     config.dagster_home.mkdir(parents=True, exist_ok=True)
     _create_dagster_storage(str(config.dagster_home))
+    write_code_server_workspace(config)
     rows = []
     for service in embedded_services(config):
         try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -61,8 +62,17 @@ def running_pid(state_dir: Path, service: Service) -> int | None:
 
 
 def healthy(service: Service) -> bool:
+    """Ready when its health URL answers below 500, or, for a `unix://` one, when its
+    socket accepts a connection."""
     if service.health_url is None:
         return True
+    if service.health_url.startswith("unix://"):
+        with socket.socket(socket.AF_UNIX) as probe:
+            try:
+                probe.connect(service.health_url.removeprefix("unix://"))
+            except OSError:
+                return False
+            return True
     try:
         return httpx.get(service.health_url, timeout=2.0).status_code < 500
     except httpx.HTTPError:
