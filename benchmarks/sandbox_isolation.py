@@ -8,10 +8,11 @@ layout of host directories and cgroups:
   `env -i` (reproduced here exactly as it was);
 - current: `BwrapEnvironment` as it is (the user namespace made by a helper and handed
   to bubblewrap, the seccomp filter, the sandbox's directories attached from the host,
-  every command entered through `launcher.py`).
+  every command entered by a launcher process the sandbox's launch server forks).
 
 A start is the environment's `start()` (lay down the task's files, make the cgroup,
-start the init, create Harbor's directories with one command) and `stop()`; a command
+start the init and its launch server, create Harbor's directories with one command) and
+`stop()`; a command
 is `exec("true")` in a started sandbox (a leaf cgroup made and removed around it, as
 always). Prints medians, their ratio and the difference. Needs root and bubblewrap.
 
@@ -39,7 +40,7 @@ from harbor.models.trial.paths import TrialPaths
 from benchmarks.trivial_tasks import write_task
 from synth_pipelines.config import settings
 from synth_pipelines.sandbox.bwrap import BwrapEnvironment
-from synth_pipelines.sandbox.commands import run_to_completion
+from synth_pipelines.sandbox.commands import run_to_completion, spawned
 from synth_pipelines.sandbox.filesystem import ETC_ENTRIES, HOST_SYSTEM_DIRS
 from synth_pipelines.sandbox.namespace import (
     HOSTNAME,
@@ -120,7 +121,9 @@ class PreviousPath:
 
         try:
             completed = await run_to_completion(
-                join_cgroup(argv, procs), env={"PATH": SYSTEM_PATH}, timeout_sec=60, kill=kill
+                spawned(join_cgroup(argv, procs), env={"PATH": SYSTEM_PATH}),
+                timeout_sec=60,
+                kill=kill,
             )
         finally:
             cgroup.remove_leaf(leaf)

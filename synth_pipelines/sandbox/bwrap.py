@@ -45,7 +45,7 @@ from pydantic import Field
 
 from synth_pipelines.config import settings
 from synth_pipelines.sandbox.attach import attach
-from synth_pipelines.sandbox.commands import CommandTimedOut, run_to_completion
+from synth_pipelines.sandbox.commands import CommandTimedOut, Process, run_to_completion
 from synth_pipelines.sandbox.dockerfile import DockerfileRecipe, read_dockerfile
 from synth_pipelines.sandbox.errors import (
     MemoryLimitExceededError,
@@ -427,7 +427,7 @@ class BwrapEnvironment(BaseEnvironment):
         leaf = f"exec-{next(self._exec_numbers):06d}"
         cgroup = self._cgroup
         procs_files = cgroup.new_leaf(leaf) if cgroup is not None else []
-        entry = init.enter(
+        start = init.command(
             command,
             cwd=workdir or "/",
             env=variables,
@@ -437,7 +437,7 @@ class BwrapEnvironment(BaseEnvironment):
             seccomp=filter_program(),
         )
 
-        async def kill(process: asyncio.subprocess.Process) -> None:
+        async def kill(process: Process) -> None:
             if cgroup is not None:
                 await asyncio.to_thread(cgroup.kill, leaf)
             elif process.returncode is None:
@@ -445,9 +445,7 @@ class BwrapEnvironment(BaseEnvironment):
 
         try:
             completed = await run_to_completion(
-                entry.argv,
-                env={"PATH": SYSTEM_PATH},
-                pass_fds=entry.pass_fds,
+                start,
                 timeout_sec=timeout_sec,
                 kill=kill,
                 on_output=self._output_callback(),

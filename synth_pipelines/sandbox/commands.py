@@ -8,6 +8,7 @@ import os
 import signal
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from harbor.environments.base import OutputCallback, OutputStream
 
@@ -28,44 +29,71 @@ class CommandTimedOut(Exception):
     """The command passed its deadline; `kill` has already run."""
 
 
+class Process(Protocol):
+    """A started command, as `run_to_completion` follows it (`asyncio`'s process is one)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+
+# Starts the command with the given stdin, stdout and stderr descriptors.
+Start = Callable[[int, int, int], Awaitable[Process]]
+
+
+def spawned(argv: Sequence[str], *, env: dict[str, str], pass_fds: Sequence[int] = ()) -> Start:
+    """Start `argv` as a host process in a session of its own."""
+
+    async def start(stdin: int, stdout: int, stderr: int) -> Process:
+        return await asyncio.create_subprocess_exec(
+            *argv,
+            env=env,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=True,
+            pass_fds=pass_fds,
+        )
+
+    return start
+
+
 async def run_to_completion(
-    argv: Sequence[str],
+    start: Start,
     *,
-    env: dict[str, str],
     timeout_sec: float | None,
-    kill: Callable[[asyncio.subprocess.Process], Awaitable[None]],
+    kill: Callable[[Process], Awaitable[None]],
     on_output: OutputCallback | None = None,
     stdin_fd: int | None = None,
     stdout_fd: int | None = None,
-    pass_fds: Sequence[int] = (),
 ) -> Completed:
-    """Run `argv`, collecting its output; on timeout or cancellation call `kill`.
+    """Run the command `start` starts, collecting its output; on timeout or cancellation
+    call `kill`.
 
-    `kill` must end the whole process tree, not just `argv`'s own process: it is
+    `kill` must end the whole process tree, not just the command's own process: it is
     awaited before `CommandTimedOut` or the cancellation propagates. `stdin_fd` and
     `stdout_fd`, when given, are host file descriptors the command reads from and
-    writes its stdout to (which then is not collected); `pass_fds` stay open in it.
+    writes its stdout to (which then is not collected).
     """
     # Our own pipes, not asyncio's: asyncio's `wait()` also waits for its pipes to
     # close, which a backgrounded child holding stdout would postpone indefinitely.
     stdout_read, stdout_write = os.pipe() if stdout_fd is None else (None, stdout_fd)
     stderr_read, stderr_write = os.pipe()
+    stdin = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC) if stdin_fd is None else stdin_fd
     try:
-        process = await asyncio.create_subprocess_exec(
-            *argv,
-            env=env,
-            stdin=asyncio.subprocess.DEVNULL if stdin_fd is None else stdin_fd,
-            stdout=stdout_write,
-            stderr=stderr_write,
-            start_new_session=True,
-            pass_fds=pass_fds,
-        )
+        process = await start(stdin, stdout_write, stderr_write)
     except BaseException:
         if stdout_read is not None:
             os.close(stdout_read)
         os.close(stderr_read)
         raise
     finally:
+        if stdin_fd is None:
+            os.close(stdin)
         if stdout_read is not None:
             os.close(stdout_write)
         os.close(stderr_write)
@@ -122,9 +150,7 @@ class _Output:
 
 
 async def _end(
-    process: asyncio.subprocess.Process,
-    outputs: list[_Output],
-    kill: Callable[[asyncio.subprocess.Process], Awaitable[None]],
+    process: Process, outputs: list[_Output], kill: Callable[[Process], Awaitable[None]]
 ) -> None:
     await kill(process)
     await process.wait()

@@ -1,17 +1,26 @@
-"""Run one command inside a running sandbox: unprivileged, filtered, with only its own
-environment. Standard library only: the controller runs this file with its own
-interpreter (`python -I -S launcher.py SPEC`), as host root, once per command.
+"""Run commands inside a running sandbox: unprivileged, filtered, each with only its own
+environment. Standard library only: the controller starts this file once per sandbox with
+its own interpreter (`python -I -S launcher.py SETUP`), as host root, and it then forks
+once per command, so a command costs a fork instead of an interpreter start (about 20 ms
+of CPU, and an attempt runs some twenty commands).
 
-SPEC is the command's description, marshalled (the same interpreter writes and reads it).
-What `nsenter`, `setpriv` and `env -i` did before, plus the part none of them can do:
-install the sandbox's seccomp filter. A filter bubblewrap installs covers only its
-init's descendants, and a command entered from outside is not one of them.
+SETUP (marshalled, hex) names three descriptors it inherits: the sandbox init's pidfd and
+root directory, and its end of a SOCK_SEQPACKET socket to the controller. Each request
+on the socket is a request number with four descriptors: a file holding the command's
+description (marshalled) and its stdin, stdout and stderr. The server answers twice per
+request: STARTED with the host pid of the command's launcher process once it is forked,
+and EXITED with that process's exit code once it has ended (negative: killed by that
+signal, as `asyncio` reports it). It ends when the controller closes its end. It never
+starts a thread: joining a user namespace needs a single-threaded process.
 
-1. The process joins the command's leaf cgroup (its host `cgroup.procs` files) and
-   the sandbox's pid namespace for its children, then forks: the parent stays on the
-   host, waits and reports the command's exit status (128 + N for death by signal N,
-   as a shell does); the child is the command.
-2. The child joins the init's other namespaces at once through the init's pidfd
+For each command, the forked launcher process, in a new session (so that the controller
+can kill its group), with only its stdio and the init's two descriptors open:
+
+1. joins the sandbox's pid namespace for its children, then forks: it stays on the
+   host, waits and exits with the command's exit status (128 + N for death by signal
+   N, as a shell does); the child is the command.
+2. The child joins the command's leaf cgroup (its host `cgroup.procs` files), then the
+   init's other namespaces at once through the init's pidfd
    (user, mount, network, IPC, UTS, cgroup) and takes the init's root directory, so
    a recycled pid can never stand in for the sandbox.
 3. It takes the command's identity (no supplementary groups unless given), drops every
@@ -19,16 +28,25 @@ init's descendants, and a command entered from outside is not one of them.
    no_new_privs, installs the seccomp filter, changes to the working directory and
    executes `/bin/bash -c COMMAND` with exactly the given environment.
 
+This is what `nsenter`, `setpriv` and `env -i` did before, plus the part none of them
+can do: install the sandbox's seccomp filter. A filter bubblewrap installs covers only
+its init's descendants, and a command entered from outside is not one of them.
+
 A failure before the command starts exits with 126 (125 for a working directory that
 does not exist, as `env -C` did) and a message on stderr.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import marshal
 import os
+import select
+import socket
+import struct
 import sys
+from dataclasses import dataclass
 
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
@@ -47,6 +65,13 @@ NAMESPACES = (
 )
 CANNOT_START = 126
 NO_WORKDIR = 125
+# Controller -> server: the request number (with the four descriptors). Server ->
+# controller: request number, STARTED or EXITED, and the pid or the exit code.
+REQUEST = struct.Struct("=I")
+REPLY = struct.Struct("=IIi")
+STARTED = 1
+EXITED = 2
+DESCRIPTORS_PER_REQUEST = 4
 
 
 class _CapabilityHeader(ctypes.Structure):
@@ -93,30 +118,38 @@ def _install_filter(libc: ctypes.CDLL, program: bytes) -> None:
     )
 
 
-def _become_command(spec: dict) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    with open("/proc/sys/kernel/cap_last_cap") as last:
-        last_capability = int(last.read())
+@dataclass(frozen=True)
+class _Host:
+    """What every command needs from the host, read once by the server."""
+
+    libc: ctypes.CDLL
+    last_capability: int
+    pidfd: int
+    root_fd: int
+
+
+def _become_command(host: _Host, spec: dict) -> None:
+    libc = host.libc
     # Host paths: joined before the mount namespace changes ("0" is the writer itself).
     for procs in spec["cgroup_procs"]:
         with open(procs, "w") as joined:
             joined.write("0")
-    os.setns(spec["pidfd"], NAMESPACES)
-    os.fchdir(spec["root_fd"])
+    os.setns(host.pidfd, NAMESPACES)
+    os.fchdir(host.root_fd)
     os.chroot(".")
-    os.close(spec["pidfd"])
-    os.close(spec["root_fd"])
+    os.close(host.pidfd)
+    os.close(host.root_fd)
     os.setgroups(spec["groups"])
     os.setresgid(spec["gid"], spec["gid"], spec["gid"])
-    _drop_bounding_set(libc, last_capability)
+    _drop_bounding_set(libc, host.last_capability)
     os.setresuid(spec["uid"], spec["uid"], spec["uid"])
     _clear_capabilities(libc)
     _install_filter(libc, spec["seccomp"])
 
 
-def _run_command(spec: dict) -> None:
+def _run_command(host: _Host, spec: dict) -> None:
     try:
-        _become_command(spec)
+        _become_command(host, spec)
     except OSError as error:
         sys.stderr.write(f"sandbox launcher: could not enter the sandbox: {error}\n")
         os._exit(CANNOT_START)
@@ -134,19 +167,90 @@ def _run_command(spec: dict) -> None:
     os._exit(CANNOT_START)
 
 
+def _read_spec(descriptor: int) -> dict:
+    chunks = []
+    while chunk := os.read(descriptor, 1 << 16):
+        chunks.append(chunk)
+    os.close(descriptor)
+    # marshal, not json: it is built in, where importing json costs ~10 ms.
+    return marshal.loads(b"".join(chunks))
+
+
+def _only_open(keep: set[int]) -> None:
+    """Close every descriptor but `keep`: nothing of the server's (its socket, other
+    commands' descriptors) may reach a command."""
+    for name in os.listdir("/proc/self/fd"):
+        descriptor = int(name)
+        if descriptor not in keep:
+            # The directory listing's own descriptor is closed by now.
+            with contextlib.suppress(OSError):
+                os.close(descriptor)
+
+
+def _launch(host: _Host, descriptors: list[int]) -> None:
+    """The forked launcher process of one command; never returns."""
+    code = CANNOT_START
+    try:
+        spec_file, stdin, stdout, stderr = descriptors
+        os.setsid()
+        for target, source in enumerate((stdin, stdout, stderr)):
+            os.dup2(source, target)
+        _only_open({0, 1, 2, host.pidfd, host.root_fd, spec_file})
+        spec = _read_spec(spec_file)
+        os.setns(host.pidfd, os.CLONE_NEWPID)
+        child = os.fork()
+        if child == 0:
+            _run_command(host, spec)
+        os.close(host.pidfd)
+        os.close(host.root_fd)
+        _, status = os.waitpid(child, 0)
+        code = 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    except BaseException as error:  # whatever happens, this process ends here
+        with contextlib.suppress(OSError):
+            os.write(2, f"sandbox launcher: could not start the command: {error}\n".encode())
+    os._exit(code)
+
+
+def serve(host: _Host, channel: socket.socket) -> None:
+    running: dict[int, tuple[int, int]] = {}  # pidfd -> (request, pid)
+    while True:
+        ready, _, _ = select.select([channel, *running], [], [])
+        for source in ready:
+            if source is channel:
+                message, descriptors, _, _ = socket.recv_fds(
+                    channel, REQUEST.size, DESCRIPTORS_PER_REQUEST
+                )
+                if not message:
+                    return
+                (request,) = REQUEST.unpack(message)
+                pid = os.fork()
+                if pid == 0:
+                    _launch(host, descriptors)
+                for descriptor in descriptors:
+                    os.close(descriptor)
+                running[os.pidfd_open(pid)] = (request, pid)
+                channel.send(REPLY.pack(request, STARTED, pid))
+            else:
+                request, pid = running.pop(source)
+                os.close(source)
+                _, status = os.waitpid(pid, 0)
+                channel.send(REPLY.pack(request, EXITED, os.waitstatus_to_exitcode(status)))
+
+
 def main() -> None:
-    # marshal, not json: it is built in, where importing json costs ~10 ms per command.
-    spec = marshal.loads(bytes.fromhex(sys.argv[1]))
-    os.setns(spec["pidfd"], os.CLONE_NEWPID)
-    child = os.fork()
-    if child == 0:
-        _run_command(spec)
-    os.close(spec["pidfd"])
-    os.close(spec["root_fd"])
-    _, status = os.waitpid(child, 0)
-    if os.WIFSIGNALED(status):
-        sys.exit(128 + os.WTERMSIG(status))
-    sys.exit(os.WEXITSTATUS(status))
+    setup = marshal.loads(bytes.fromhex(sys.argv[1]))
+    with open("/proc/sys/kernel/cap_last_cap") as last:
+        last_capability = int(last.read())
+    host = _Host(
+        libc=ctypes.CDLL(None, use_errno=True),
+        last_capability=last_capability,
+        pidfd=setup["pidfd"],
+        root_fd=setup["root_fd"],
+    )
+    channel = socket.socket(fileno=setup["socket"])
+    # When the controller is gone, its commands' launchers carry on without it.
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        serve(host, channel)
 
 
 if __name__ == "__main__":

@@ -2,9 +2,10 @@
 
 bubblewrap creates the mount, pid, network, IPC, UTS and cgroup namespaces once, at
 start, around a tiny init, inside the sandbox's user namespace (`userns.py`); every
-command then joins them (`launcher.py`), so files, background processes and servers
-persist between commands the way they do across `docker exec` calls. The init is pid 1
-inside, so nothing inside can kill it, and it reaps orphans. bwrap runs with
+command then joins them (`launcher.py`, forked by the sandbox's launch server), so files,
+background processes and servers persist between commands the way they do across
+`docker exec` calls. The init is pid 1 inside, so nothing inside can kill it, and it
+reaps orphans. bwrap runs with
 `--die-with-parent`: if the controlling process dies, the init dies, and with it every
 process in the pid namespace.
 
@@ -21,19 +22,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import marshal
 import os
 import shlex
 import shutil
 import signal
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from synth_pipelines.sandbox import launcher
+from synth_pipelines.sandbox.commands import Process, Start
 from synth_pipelines.sandbox.errors import SandboxCleanupError, SandboxStartError
+from synth_pipelines.sandbox.launch_server import LaunchServer
 from synth_pipelines.sandbox.limits import KILL_DEADLINE_SEC, KILL_RECHECK_SEC
 from synth_pipelines.sandbox.userns import SETUP_ID, UserNamespace, host_id
 
@@ -47,7 +47,6 @@ INIT_SCRIPT = (
     "trap '' HUP INT QUIT TERM USR1 USR2 PIPE; echo ready; exec >/dev/null 2>&1 </dev/null; "
     "while :; do sleep 3600; done"
 )
-LAUNCHER = Path(launcher.__file__).resolve()
 TERMINATE_DEADLINE_SEC = 10.0
 
 
@@ -71,22 +70,16 @@ def join_cgroup(argv: Sequence[str], procs_files: Sequence[Path]) -> list[str]:
     return ["/bin/sh", "-c", f'{writes} && exec "$@"', "sandbox", *argv]
 
 
-@dataclass(frozen=True)
-class Entry:
-    """How to start one command inside: the launcher's argv and the descriptors it needs."""
-
-    argv: list[str]
-    pass_fds: tuple[int, ...]
-
-
 @dataclass
 class SandboxInit:
-    """The running init, and the pidfd and root directory that identify it."""
+    """The running init, the pidfd and root directory that identify it, and the launch
+    server that enters commands into it."""
 
     process: asyncio.subprocess.Process
     pid: int
     pidfd: int
     root_fd: int
+    launcher: LaunchServer
 
     @classmethod
     async def launch(
@@ -157,9 +150,15 @@ class SandboxInit:
             os.close(info_read)
         pidfd = os.pidfd_open(pid)
         root_fd = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-        return cls(process=process, pid=pid, pidfd=pidfd, root_fd=root_fd)
+        try:
+            server = await LaunchServer.start(pidfd, root_fd)
+        except BaseException:
+            os.close(pidfd)
+            os.close(root_fd)
+            raise
+        return cls(process=process, pid=pid, pidfd=pidfd, root_fd=root_fd, launcher=server)
 
-    def enter(
+    def command(
         self,
         command: str,
         *,
@@ -169,11 +168,9 @@ class SandboxInit:
         gid: int,
         procs_files: Sequence[Path],
         seccomp: bytes,
-    ) -> Entry:
-        """How to run `command` with bash inside the sandbox, unprivileged and filtered."""
+    ) -> Start:
+        """How to start `command` with bash inside the sandbox, unprivileged and filtered."""
         spec = {
-            "pidfd": self.pidfd,
-            "root_fd": self.root_fd,
             "cgroup_procs": [str(path) for path in procs_files],
             "uid": uid,
             "gid": gid,
@@ -183,8 +180,11 @@ class SandboxInit:
             "command": command,
             "seccomp": seccomp,
         }
-        argv = [sys.executable, "-I", "-S", str(LAUNCHER), marshal.dumps(spec).hex()]
-        return Entry(argv=argv, pass_fds=(self.pidfd, self.root_fd))
+
+        async def start(stdin: int, stdout: int, stderr: int) -> Process:
+            return await self.launcher.launch(spec, stdin, stdout, stderr)
+
+        return start
 
     @property
     def running(self) -> bool:
@@ -235,6 +235,7 @@ class SandboxInit:
         except TimeoutError:
             return False
         finally:
+            await self.launcher.close()
             os.close(self.pidfd)
             os.close(self.root_fd)
         return True
