@@ -2,14 +2,16 @@
 # The learning part of `make demo`: three held-out rows through the same harness recipe
 # (the base model, the warm-start checkpoint GRPO starts from, and GRPO's final
 # checkpoint), the training reward of every GRPO batch, and GRPO's own gain (start ->
-# final) with Fisher's p. Every step is an ordinary `synth` command with an idempotency
-# key, so running the demo again reuses what is done.
+# final) with Fisher's p. The start evaluation runs beside GRPO, and the final evaluation
+# beside the rest of it, so that one run's attempts fill the other's pauses. Every step is
+# an ordinary `synth` command with an idempotency key, so running the demo again reuses
+# what is done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SYNTH=.venv/bin/synth
 PY=.venv/bin/python
 SEED=${SYNTH_DEMO_SEED:-0}
-KEY=demo-learn-r5-s${SEED}
+KEY=demo-learn-r6-s${SEED}
 
 step_started=$SECONDS
 took() { echo "   ($1 took $((SECONDS - step_started)) s; $((SECONDS / 60)) min $((SECONDS % 60)) s so far)"; step_started=$SECONDS; }
@@ -20,9 +22,9 @@ $SYNTH dataset publish datasets/learn/train --name synth/learn-train --version v
 $SYNTH dataset publish datasets/learn/heldout --name synth/learn-heldout --version v1
 took "publishing"
 
-echo "== base model: the untrained learner on half the held-out tasks (each once)"
+echo "== base model: the untrained learner on a quarter of the held-out tasks (each once)"
 baseline=$($SYNTH run start --dataset synth/learn-heldout@v1 --actor @profiles/learner.json \
-  --plan "$(with_seed plans/learn-eval.json '{"attempts_per_task": 1, "max_tasks": 32}')" \
+  --plan "$(with_seed plans/learn-eval.json '{"attempts_per_task": 1, "max_tasks": 16}')" \
   --idempotency-key "$KEY-baseline" --wait --json | field 'd["run_id"]')
 took "baseline evaluation"
 
@@ -33,25 +35,32 @@ warm=$($SYNTH train start --dataset synth/learn-train@v2 --actor @profiles/learn
 warm_checkpoint=$($SYNTH run checkpoints "$warm" --json | field 'd[-1]["sampler_path"]')
 took "warm start"
 
-echo "== start: the warm-start checkpoint on the held-out tasks"
-start=$($SYNTH run start --dataset synth/learn-heldout@v1 --actor @profiles/learner.json \
-  --plan "$(with_seed plans/learn-eval.json)" --model "$warm_checkpoint" \
-  --idempotency-key "$KEY-start" --wait --json | field 'd["run_id"]')
-took "start evaluation"
+# The start evaluation and GRPO both begin from the warm-start checkpoint, so they run side by
+# side: the evaluation's attempts fill the time GRPO spends between its batches.
+echo "== start: the warm-start checkpoint on the held-out tasks (accepted now, runs beside GRPO)"
+start_eval=(run start --dataset synth/learn-heldout@v1 --actor @profiles/learner.json
+  --plan "$(with_seed plans/learn-eval.json)" --model "$warm_checkpoint"
+  --idempotency-key "$KEY-start")
+echo "   accepted $($SYNTH "${start_eval[@]}" --json | field 'd["run_id"]')"
 
 echo "== GRPO training batches from the warm start"
 trained=$($SYNTH train start --dataset synth/learn-train@v2 --actor @profiles/learner.json \
   --plan "$(with_seed plans/learn-train.json)" --model "$warm_checkpoint" \
   --idempotency-key "$KEY-grpo" --wait --json | field 'd["run_id"]')
 final_checkpoint=$($SYNTH run checkpoints "$trained" --json | field 'd[-1]["sampler_path"]')
-took "GRPO"
+took "GRPO, with the start evaluation beside it"
 $SYNTH run show "$trained"
 
-echo "== the final checkpoint on the same held-out tasks"
-final=$($SYNTH run start --dataset synth/learn-heldout@v1 --actor @profiles/learner.json \
-  --plan "$(with_seed plans/learn-eval.json)" --model "$final_checkpoint" --idempotency-key "$KEY-final" \
-  --wait --json | field 'd["run_id"]')
-took "final evaluation"
+echo "== the final checkpoint on the same held-out tasks (accepted now, beside the start's rest)"
+final_eval=(run start --dataset synth/learn-heldout@v1 --actor @profiles/learner.json
+  --plan "$(with_seed plans/learn-eval.json)" --model "$final_checkpoint"
+  --idempotency-key "$KEY-final")
+echo "   accepted $($SYNTH "${final_eval[@]}" --json | field 'd["run_id"]')"
+# The same keys again: each waits for its accepted evaluation and gives its run.
+start=$($SYNTH "${start_eval[@]}" --wait --json | field 'd["run_id"]')
+took "the rest of the start evaluation"
+final=$($SYNTH "${final_eval[@]}" --wait --json | field 'd["run_id"]')
+took "the rest of the final evaluation"
 
 echo "== what the warm start did: base model -> start"
 $SYNTH run compare "$baseline" "$start"
