@@ -2,8 +2,9 @@
 
 Bob trains a real one-batch run on the local model service; the platform records its
 checkpoint. Alice, with a proxy token minted for her and with `SYNTH_OWNER=alice` on the
-CLI, can neither sample from it, read it (or the run that holds it), nor train from it;
-Bob can do all three.
+CLI, can neither sample from it, read it (or the run that holds it), train from it, nor
+launch Claude Code on it with `synth claude`; Bob can do all four (the real Claude Code
+CLI, answered through the proxy from his checkpoint).
 """
 
 from __future__ import annotations
@@ -16,12 +17,16 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import select
 
 from proxy.credentials import load_signing_key, mint_token
 from synth_pipelines.config import settings
 from synth_pipelines.control.checkpoints import run_checkpoints
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.runs import list_runs
+from synth_pipelines.control.schema import evidence_calls
+from synth_pipelines.evidence.reader import read_attempt_evidence
+from synth_pipelines.storage.objectstore import open_object_store
 from tests.conftest import PROJECT_ROOT
 from tests.live_services import Proxy, platform, set_script
 from tests.training_runs import (
@@ -77,6 +82,20 @@ def _synth(owner: str, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+def _claude(owner: str, model: str, workdir: Path) -> subprocess.CompletedProcess:
+    """`synth claude --model MODEL -- -p hi` in `workdir`, as `owner`."""
+    home = workdir / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(
+        [SYNTH, "claude", "--model", model, "--", "-p", "hi", "--output-format", "json"],
+        env={**os.environ, "SYNTH_OWNER": owner, "HOME": str(home)},
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
 def _refused(result: subprocess.CompletedProcess, what: str) -> None:
     assert result.returncode == 2, result.stdout + result.stderr
     assert what in result.stderr
@@ -116,6 +135,28 @@ def test_only_the_owner_samples_reads_and_trains_from_a_checkpoint(state, tmp_pa
         sampled = _sample(proxy, bob_token, sampler)
         assert sampled.status_code == 200, sampled.text
         assert sampled.json()["content"][0]["text"] == "hello from bob"
+
+        workdir = tmp_path / "bob-project"
+        _refused(_claude("alice", sampler, workdir), f"model {sampler!r}")
+        launched = _claude("bob", sampler, workdir)
+        assert launched.returncode == 0, launched.stdout + launched.stderr
+        assert json.loads(launched.stdout)["result"] == "hello from bob"
+        proxy.flush()
+        with engine.connect() as conn:
+            attempts = [
+                row.attempt_id
+                for row in conn.execute(
+                    select(evidence_calls.c.attempt_id).where(
+                        evidence_calls.c.role == "interactive"
+                    )
+                )
+            ]
+        evidence = read_attempt_evidence(
+            engine, open_object_store(settings().objects_url), attempts
+        )
+        calls = [call for attempt in attempts for call in evidence.calls[attempt]]
+        # Only Bob's launch reached the model; every call it made was his checkpoint's.
+        assert calls and {call.model for call in calls} == {sampler}
 
     for read in (
         ("run", "checkpoints", run.run_id),
