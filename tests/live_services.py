@@ -58,6 +58,7 @@ class Proxy:
         model: str = MODEL,
         role: str = "actor",
         batch: str | None = None,
+        trial: str | None = None,
         ttl: int = 600,
         sampling_seed: int | None = None,
         sampling_temperature: float | None = None,
@@ -71,6 +72,7 @@ class Proxy:
             ttl_sec=ttl,
             role=role,
             batch=batch,
+            trial_id=trial,
             sampling_seed=sampling_seed,
             sampling_temperature=sampling_temperature,
         )
@@ -159,3 +161,38 @@ def platform(
         monkeypatch.setenv("SYNTH_MODEL_SERVICE_URL", model_url)
         settings.cache_clear()
         yield model_url, proxy
+
+
+def run_claude_code(
+    proxy_url: str, token: str, workdir: Path, *, extra_env=None, bare: bool = False
+) -> subprocess.CompletedProcess:
+    """The pinned Claude Code in print mode in `workdir`, asked for one file, through the
+    proxy with `token`; `bare`: with `--bare`, a one-line system prompt and only Bash."""
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(workdir / "home"),
+        "ANTHROPIC_BASE_URL": proxy_url,
+        "ANTHROPIC_AUTH_TOKEN": token,
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        "CLAUDE_CODE_MAX_CONTEXT_TOKENS": "32768",
+        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "4096",
+        **(extra_env or {}),
+    }
+    (workdir / "home").mkdir(exist_ok=True)
+    args = [
+        str(claude_code()),
+        "-p",
+        "Create made-by-claude.txt containing hi.",
+        "--model",
+        MODEL,
+        "--allowedTools",
+        "Bash",
+        "--output-format",
+        "json",
+    ]
+    if bare:
+        args += ["--bare", "--system-prompt", "You are terse.", "--tools", "Bash"]
+    return subprocess.run(args, cwd=workdir, env=env, capture_output=True, text=True, timeout=240)

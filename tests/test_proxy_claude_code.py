@@ -8,8 +8,6 @@ equal what the sampler produced.
 """
 
 import json
-import os
-import subprocess
 
 import httpx
 import pytest
@@ -23,7 +21,7 @@ from synth_pipelines.control.database import control_engine
 from synth_pipelines.evidence.reader import read_attempt_evidence
 from synth_pipelines.storage.objectstore import open_object_store
 from synth_pipelines.tinker_local.server import serving
-from tests.live_services import MODEL, capture_proxy, claude_code, model_service, set_script
+from tests.live_services import MODEL, capture_proxy, model_service, run_claude_code, set_script
 
 TOOL_CALL = (
     "<think>\nThe user wants a file; I will use Bash.\n</think>\n\n"
@@ -32,37 +30,6 @@ TOOL_CALL = (
     '"description": "write the file"}}\n</tool_call>'
 )
 FINAL = "<think>\nThe command ran.\n</think>\n\nDone: the file holds hi."
-
-
-def _run_claude(proxy_url: str, token: str, workdir, *, extra_env=None, bare: bool = False):
-    env = {
-        "PATH": os.environ["PATH"],
-        "HOME": str(workdir / "home"),
-        "ANTHROPIC_BASE_URL": proxy_url,
-        "ANTHROPIC_AUTH_TOKEN": token,
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "DISABLE_TELEMETRY": "1",
-        "DISABLE_AUTOUPDATER": "1",
-        "DISABLE_ERROR_REPORTING": "1",
-        "CLAUDE_CODE_MAX_CONTEXT_TOKENS": "32768",
-        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "4096",
-        **(extra_env or {}),
-    }
-    (workdir / "home").mkdir(exist_ok=True)
-    args = [
-        str(claude_code()),
-        "-p",
-        "Create made-by-claude.txt containing hi.",
-        "--model",
-        MODEL,
-        "--allowedTools",
-        "Bash",
-        "--output-format",
-        "json",
-    ]
-    if bare:
-        args += ["--bare", "--system-prompt", "You are terse.", "--tools", "Bash"]
-    return subprocess.run(args, cwd=workdir, env=env, capture_output=True, text=True, timeout=240)
 
 
 def _check_capture(proxy, model_url, attempt: str, *, main_only: bool = True) -> list[Interaction]:
@@ -105,7 +72,7 @@ def test_claude_code_tool_round_trip_through_the_proxy(state, tmp_path, bare):
             ],
         )
         attempt = f"a-claude-{'bare' if bare else 'default'}"
-        result = _run_claude(
+        result = run_claude_code(
             proxy.url, proxy.token(run="r-claude", attempt=attempt), tmp_path, bare=bare
         )
         assert result.returncode == 0, result.stderr
@@ -176,7 +143,7 @@ def test_claude_code_falls_back_to_non_streaming_and_still_succeeds(state, tmp_p
         )
         relay, broken = _stream_breaking_relay(proxy.url)
         with relay as relay_url:
-            result = _run_claude(
+            result = run_claude_code(
                 relay_url, proxy.token(run="r-claude", attempt="a-nonstream"), tmp_path, bare=True
             )
         calls = _check_capture(proxy, model_url, "a-nonstream")
@@ -209,7 +176,7 @@ def test_delegated_subagent_calls_are_captured_with_their_agent_identity(state, 
                 {"completion": AGENT_CALL, "repeat": True},
             ],
         )
-        result = _run_claude(proxy.url, proxy.token(run="r-claude", attempt="a-sub"), tmp_path)
+        result = run_claude_code(proxy.url, proxy.token(run="r-claude", attempt="a-sub"), tmp_path)
         calls = _check_capture(proxy, model_url, "a-sub", main_only=False)
     assert result.returncode == 0, result.stderr
     main = [c for c in calls if c.agent_id == "main"]

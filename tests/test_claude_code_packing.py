@@ -1,0 +1,109 @@
+"""How a real Claude Code attempt packs into learning datums.
+
+The pinned Claude Code CLI, through the capture proxy, with the model service scripted in
+Qwen3's format, makes two calls: a Bash tool call, then, with the tool's result in its
+request, a final answer. Packed for learning (`learning/datums.py`), every sampled token
+carries the attempt's advantage and the sampler's own logprob; every other token (the
+harness's system prompt and tool definitions, the instruction, the tool result, whatever
+Claude Code added between the calls) weighs zero; and no datum holds a token that was not
+in a captured prompt or a sampled completion. The hand check below rebuilds the expected
+datums from the captured calls alone, by the packing rule: a call continues the datum when
+its prompt starts with everything the datum holds, else it starts a new one.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from synth_pipelines.config import settings
+from synth_pipelines.contracts.interaction import Interaction
+from synth_pipelines.contracts.learning import QualifiedAttempt
+from synth_pipelines.control.database import control_engine
+from synth_pipelines.evidence.reader import read_attempt_evidence
+from synth_pipelines.learning.datums import attempt_datums
+from synth_pipelines.storage.objectstore import open_object_store
+from tests.live_services import capture_proxy, model_service, run_claude_code, set_script
+
+TOOL_CALL = (
+    "<think>\nThe user wants a file; I will use Bash.\n</think>\n\n"
+    "Creating it now.\n<tool_call>\n"
+    '{"name": "Bash", "arguments": {"command": "echo hi > made-by-claude.txt", '
+    '"description": "write the file"}}\n</tool_call>'
+)
+FINAL = "<think>\nThe command ran.\n</think>\n\nDone: the file holds hi."
+ADVANTAGE = 0.75
+RUN, ATTEMPT, TRIAL = "r-pack", "r-pack.b0000.g0000.a000", "r-pack.b0000.g0000.a000.t0"
+
+
+def _expected(calls: list[Interaction]) -> list[dict[str, list]]:
+    """Datums by hand: tokens, and per position the target's weight and sampler logprob."""
+    datums: list[dict[str, list]] = []
+    for call in calls:
+        held = datums[-1]["tokens"] if datums else None
+        if held is None or call.prompt_tokens[: len(held)] != held:
+            datums.append({"tokens": [], "weights": [], "logprobs": []})
+            held = []
+        datum = datums[-1]
+        observed = call.prompt_tokens[len(held) :]
+        datum["tokens"] += observed + call.completion_tokens
+        datum["weights"] += [0.0] * len(observed) + [ADVANTAGE] * len(call.completion_tokens)
+        datum["logprobs"] += [0.0] * len(observed) + list(call.logprobs)
+    # A datum predicts each token from the ones before it: targets start at the second.
+    return [
+        {"tokens": d["tokens"], "weights": d["weights"][1:], "logprobs": d["logprobs"][1:]}
+        for d in datums
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bare", [False, True], ids=["default-request", "bare"])
+def test_a_two_call_claude_code_attempt_trains_only_on_its_sampled_tokens(state, tmp_path, bare):
+    with model_service() as model_url, capture_proxy(model_url) as proxy:
+        set_script(
+            model_url,
+            [{"match": "<tool_response>", "completion": FINAL}, {"completion": TOOL_CALL}],
+        )
+        token = proxy.token(run=RUN, attempt=ATTEMPT, batch=f"{RUN}.b0000", trial=TRIAL)
+        result = run_claude_code(proxy.url, token, tmp_path, bare=bare)
+        assert result.returncode == 0, result.stderr
+        proxy.flush()
+    evidence = read_attempt_evidence(
+        control_engine(), open_object_store(settings().objects_url), [ATTEMPT]
+    )
+    calls = sorted(evidence.calls[ATTEMPT], key=lambda call: call.call_index)
+    assert [call.stop_reason for call in calls] == ["tool_use", "end_turn"]
+    standing = QualifiedAttempt(
+        run_id=RUN,
+        batch=f"{RUN}.b0000",
+        attempt_id=ATTEMPT,
+        trial_id=TRIAL,
+        group_index=0,
+        task_name="synth/made-by-claude",
+        reward=1.0,
+        calls=len(calls),
+        qualified=True,
+        exclusion=None,
+        group_qualified=True,
+        group_exclusion=None,
+        advantage=ADVANTAGE,
+    )
+    rows = attempt_datums(standing, calls)
+    expected = _expected(calls)
+
+    # Claude Code's second request renders as the first prompt, the sampled tool call and
+    # the tool's result: one datum, the tool result inside it as zero-weight context.
+    assert len(expected) == 1
+    assert len(rows) == len(expected)
+    for row, hand in zip(rows, expected, strict=True):
+        assert row.model_input == hand["tokens"][:-1]
+        assert row.target_tokens == hand["tokens"][1:]
+        assert row.advantages == pytest.approx(hand["weights"])
+        assert row.mask == [1.0 if weight else 0.0 for weight in hand["weights"]]
+        assert row.logprobs == pytest.approx(hand["logprobs"], abs=1e-6)
+    sampled = sum(len(call.completion_tokens) for call in calls)
+    assert sum(1 for value in rows[0].advantages if value) == sampled
+    # Every token of the datum is a captured prompt's or a sampled completion's.
+    final = calls[-1]
+    assert rows[0].model_input + rows[0].target_tokens[-1:] == (
+        final.prompt_tokens + final.completion_tokens
+    )
