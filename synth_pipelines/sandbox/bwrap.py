@@ -438,10 +438,13 @@ class BwrapEnvironment(BaseEnvironment):
         )
 
         async def kill(process: Process) -> None:
+            # The launcher and the command it forked first: a command that has not yet
+            # joined its leaf cgroup is not among the leaf's processes.
+            if process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
             if cgroup is not None:
                 await asyncio.to_thread(cgroup.kill, leaf)
-            elif process.returncode is None:
-                os.killpg(process.pid, signal.SIGKILL)
 
         try:
             completed = await run_to_completion(

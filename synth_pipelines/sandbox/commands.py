@@ -84,37 +84,58 @@ async def run_to_completion(
     stdout_read, stdout_write = os.pipe() if stdout_fd is None else (None, stdout_fd)
     stderr_read, stderr_write = os.pipe()
     stdin = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC) if stdin_fd is None else stdin_fd
-    try:
-        process = await start(stdin, stdout_write, stderr_write)
-    except BaseException:
-        if stdout_read is not None:
-            os.close(stdout_read)
-        os.close(stderr_read)
-        raise
-    finally:
-        if stdin_fd is None:
-            os.close(stdin)
-        if stdout_read is not None:
-            os.close(stdout_write)
-        os.close(stderr_write)
-    stderr = _Output(stderr_read, "stderr", on_output)
-    stdout = _Output(stdout_read, "stdout", on_output) if stdout_read is not None else None
-    outputs = [stderr] if stdout is None else [stdout, stderr]
+    # The start is never abandoned half-way: once asked for, the command may be running
+    # before its pid is known, and only a known process can be killed. So a timeout or a
+    # cancellation that comes during the start waits for it, then kills what it started;
+    # the deadline counts from the request.
+    starting = asyncio.ensure_future(start(stdin, stdout_write, stderr_write))
+    outputs: list[_Output] = []
     try:
         async with asyncio.timeout(timeout_sec):
-            await process.wait()
+            try:
+                await asyncio.shield(starting)
+            finally:
+                await asyncio.wait([starting])
+                if stdin_fd is None:
+                    os.close(stdin)
+                if stdout_read is not None:
+                    os.close(stdout_write)
+                os.close(stderr_write)
+                outputs = _outputs(starting, stdout_read, stderr_read, on_output)
+            await starting.result().wait()
     except TimeoutError:
-        await _end(process, outputs, kill)
+        await _end(starting.result(), outputs, kill)
         raise CommandTimedOut from None
     except BaseException:
-        await asyncio.shield(_end(process, outputs, kill))
+        if starting.exception() is None:
+            await asyncio.shield(_end(starting.result(), outputs, kill))
         raise
+    process = starting.result()
+    stdout = outputs[0] if stdout_read is not None else None
+    stderr = outputs[-1]
     await _drain(outputs)
     return Completed(
         return_code=_shell_return_code(process.returncode),
         stdout="" if stdout is None else stdout.text(),
         stderr=stderr.text(),
     )
+
+
+def _outputs(
+    starting: asyncio.Future[Process],
+    stdout_read: int | None,
+    stderr_read: int,
+    on_output: OutputCallback | None,
+) -> list[_Output]:
+    """Readers of the command's pipes once it started (stdout first, if collected), or
+    the pipes closed if it did not."""
+    if starting.cancelled() or starting.exception() is not None:
+        for descriptor in (stdout_read, stderr_read):
+            if descriptor is not None:
+                os.close(descriptor)
+        return []
+    stderr = _Output(stderr_read, "stderr", on_output)
+    return [stderr] if stdout_read is None else [_Output(stdout_read, "stdout", on_output), stderr]
 
 
 class _Output:
