@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import signal
 import sys
 import tempfile
@@ -30,7 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.platform_services import Platform, start_platform
+from benchmarks.platform_services import Platform, start_platform, tear_down
 from benchmarks.process_cpu import tree_cpu_sec
 from benchmarks.trivial_tasks import write_dataset
 from synth_pipelines.config import settings
@@ -44,8 +43,6 @@ from synth_pipelines.control.schema import evidence_calls
 from synth_pipelines.control.table_outputs import load_table
 from synth_pipelines.evidence.reader import read_attempt_evidence
 from synth_pipelines.registry.datasets import publish_dataset
-from synth_pipelines.sandbox.leases import reclaim_orphans
-from synth_pipelines.sandbox.limits import detect_hierarchy
 from synth_pipelines.storage.objectstore import open_object_store
 
 # harness: (profile file, extra arguments, the tool that writes the answer)
@@ -213,13 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         rows = [_evaluate(platform, dataset, harness, args.concurrency) for harness in HARNESSES]
     finally:
-        if platform is not None:
-            platform.stop()
-        reclaim_orphans(settings().sandboxes_dir, detect_hierarchy())
-        if args.keep:
-            print(f"kept {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+        tear_down(platform, root, keep=args.keep)
     report(rows)
     return 0
 

@@ -18,6 +18,8 @@ import httpx
 from benchmarks.proxy_processes import free_port
 from synth_pipelines.config import Settings, settings
 from synth_pipelines.control.database import engine_for
+from synth_pipelines.sandbox.leases import reclaim_orphans
+from synth_pipelines.sandbox.limits import detect_hierarchy
 from synth_pipelines.services.embedded import embedded_services, write_code_server_workspace
 from synth_pipelines.services.supervisor import Service, running_pid, start, stop
 
@@ -100,3 +102,16 @@ def alive(platform: Platform) -> list[str]:
         for service in platform.services
         if running_pid(platform.config.state_dir, service) is not None
     ]
+
+
+def tear_down(platform: Platform | None, root: Path, *, keep: bool) -> None:
+    """Stop the services, release what stopped run workers left, and remove `root`
+    unless it is to be kept."""
+    if platform is not None:
+        platform.stop()
+    # Run workers stopped mid-batch leave their sandboxes' filesystems mounted.
+    reclaim_orphans(settings().sandboxes_dir, detect_hierarchy())
+    if keep:
+        print(f"kept {root}")
+    else:
+        shutil.rmtree(root, ignore_errors=True)

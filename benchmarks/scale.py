@@ -25,7 +25,6 @@ import argparse
 import json
 import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -37,7 +36,13 @@ from pathlib import Path
 import httpx
 from sqlalchemy import func, select
 
-from benchmarks.platform_services import Platform, alive, platform_environment, start_platform
+from benchmarks.platform_services import (
+    Platform,
+    alive,
+    platform_environment,
+    start_platform,
+    tear_down,
+)
 from benchmarks.process_cpu import tree_cpu_sec
 from benchmarks.process_memory import MemoryWatch
 from benchmarks.proxy import percentile
@@ -53,8 +58,6 @@ from synth_pipelines.control.events import read_events
 from synth_pipelines.control.runs import RunRecord, accept_run, get_run
 from synth_pipelines.control.schema import evidence_calls, evidence_chunks, run_events
 from synth_pipelines.registry.datasets import publish_dataset
-from synth_pipelines.sandbox.leases import reclaim_orphans
-from synth_pipelines.sandbox.limits import detect_hierarchy
 from synth_pipelines.storage.objectstore import open_object_store
 
 SCRIPT = [{"completion": "Done.", "repeat": True, "logprob": -0.5}]
@@ -361,14 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         failed = failed_attempts(run.run_id, attempts)
         evidence = published_evidence(platform, run.run_id)
     finally:
-        if platform is not None:
-            platform.stop()
-        # Run workers stopped mid-batch leave their sandboxes' filesystems mounted.
-        reclaim_orphans(settings().sandboxes_dir, detect_hierarchy())
-        if args.keep:
-            print(f"kept {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+        tear_down(platform, root, keep=args.keep)
     print_report(attempts, floor, progress, evidence)
     problems = []
     if status != "succeeded" or progress.finished != attempts or failed:

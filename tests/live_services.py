@@ -163,6 +163,23 @@ def platform(
         yield model_url, proxy
 
 
+_CLAUDE_TOOL_CALL = (
+    "<think>\nThe user wants a file; I will use Bash.\n</think>\n\n"
+    "Creating it now.\n<tool_call>\n"
+    '{"name": "Bash", "arguments": {"command": "echo hi > made-by-claude.txt", '
+    '"description": "write the file"}}\n</tool_call>'
+)
+CLAUDE_FILE_SCRIPT = [
+    {
+        "match": "<tool_response>",
+        "completion": "<think>\nThe command ran.\n</think>\n\nDone: the file holds hi.",
+    },
+    {"completion": _CLAUDE_TOOL_CALL},
+]
+"""What the model answers `run_claude_code`'s request with: a Bash call that makes the
+file, then, once its result is in the prompt, a final sentence."""
+
+
 def run_claude_code(
     proxy_url: str, token: str, workdir: Path, *, extra_env=None, bare: bool = False
 ) -> subprocess.CompletedProcess:

@@ -22,15 +22,14 @@ from synth_pipelines.control.database import control_engine
 from synth_pipelines.evidence.reader import read_attempt_evidence
 from synth_pipelines.learning.datums import attempt_datums
 from synth_pipelines.storage.objectstore import open_object_store
-from tests.live_services import capture_proxy, model_service, run_claude_code, set_script
-
-TOOL_CALL = (
-    "<think>\nThe user wants a file; I will use Bash.\n</think>\n\n"
-    "Creating it now.\n<tool_call>\n"
-    '{"name": "Bash", "arguments": {"command": "echo hi > made-by-claude.txt", '
-    '"description": "write the file"}}\n</tool_call>'
+from tests.live_services import (
+    CLAUDE_FILE_SCRIPT,
+    capture_proxy,
+    model_service,
+    run_claude_code,
+    set_script,
 )
-FINAL = "<think>\nThe command ran.\n</think>\n\nDone: the file holds hi."
+
 ADVANTAGE = 0.75
 RUN, ATTEMPT, TRIAL = "r-pack", "r-pack.b0000.g0000.a000", "r-pack.b0000.g0000.a000.t0"
 
@@ -59,10 +58,7 @@ def _expected(calls: list[Interaction]) -> list[dict[str, list]]:
 @pytest.mark.parametrize("bare", [False, True], ids=["default-request", "bare"])
 def test_a_two_call_claude_code_attempt_trains_only_on_its_sampled_tokens(state, tmp_path, bare):
     with model_service() as model_url, capture_proxy(model_url) as proxy:
-        set_script(
-            model_url,
-            [{"match": "<tool_response>", "completion": FINAL}, {"completion": TOOL_CALL}],
-        )
+        set_script(model_url, CLAUDE_FILE_SCRIPT)
         token = proxy.token(run=RUN, attempt=ATTEMPT, batch=f"{RUN}.b0000", trial=TRIAL)
         result = run_claude_code(proxy.url, token, tmp_path, bare=bare)
         assert result.returncode == 0, result.stderr

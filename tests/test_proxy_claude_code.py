@@ -21,15 +21,14 @@ from synth_pipelines.control.database import control_engine
 from synth_pipelines.evidence.reader import read_attempt_evidence
 from synth_pipelines.storage.objectstore import open_object_store
 from synth_pipelines.tinker_local.server import serving
-from tests.live_services import MODEL, capture_proxy, model_service, run_claude_code, set_script
-
-TOOL_CALL = (
-    "<think>\nThe user wants a file; I will use Bash.\n</think>\n\n"
-    "Creating it now.\n<tool_call>\n"
-    '{"name": "Bash", "arguments": {"command": "echo hi > made-by-claude.txt", '
-    '"description": "write the file"}}\n</tool_call>'
+from tests.live_services import (
+    CLAUDE_FILE_SCRIPT,
+    MODEL,
+    capture_proxy,
+    model_service,
+    run_claude_code,
+    set_script,
 )
-FINAL = "<think>\nThe command ran.\n</think>\n\nDone: the file holds hi."
 
 
 def _check_capture(proxy, model_url, attempt: str, *, main_only: bool = True) -> list[Interaction]:
@@ -64,13 +63,7 @@ def _check_capture(proxy, model_url, attempt: str, *, main_only: bool = True) ->
 @pytest.mark.parametrize("bare", [False, True], ids=["default-request", "bare"])
 def test_claude_code_tool_round_trip_through_the_proxy(state, tmp_path, bare):
     with model_service() as model_url, capture_proxy(model_url) as proxy:
-        set_script(
-            model_url,
-            [
-                {"match": "<tool_response>", "completion": FINAL},
-                {"completion": TOOL_CALL},
-            ],
-        )
+        set_script(model_url, CLAUDE_FILE_SCRIPT)
         attempt = f"a-claude-{'bare' if bare else 'default'}"
         result = run_claude_code(
             proxy.url, proxy.token(run="r-claude", attempt=attempt), tmp_path, bare=bare
@@ -134,13 +127,7 @@ def _stream_breaking_relay(proxy_url: str):
 def test_claude_code_falls_back_to_non_streaming_and_still_succeeds(state, tmp_path):
     """A stream Claude Code cannot read makes it re-send with stream: false."""
     with model_service() as model_url, capture_proxy(model_url) as proxy:
-        set_script(
-            model_url,
-            [
-                {"match": "<tool_response>", "completion": FINAL},
-                {"completion": TOOL_CALL},
-            ],
-        )
+        set_script(model_url, CLAUDE_FILE_SCRIPT)
         relay, broken = _stream_breaking_relay(proxy.url)
         with relay as relay_url:
             result = run_claude_code(

@@ -14,7 +14,6 @@ import contextlib
 import itertools
 import marshal
 import os
-import signal
 import socket
 import sys
 from dataclasses import dataclass, field
@@ -46,12 +45,6 @@ class LaunchedCommand:
 
     async def wait(self) -> int:
         return await asyncio.shield(self.exited)
-
-
-def _kill_group(started: asyncio.Future[int]) -> None:
-    if not started.cancelled() and started.exception() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(started.result(), signal.SIGKILL)
 
 
 @dataclass
@@ -113,14 +106,9 @@ class LaunchServer:
             raise
         finally:
             os.close(described)
-        try:
-            pid = await asyncio.shield(pending.started)
-        except asyncio.CancelledError:
-            # Cancelled between the request and its pid: the command may be starting
-            # anyway, so its launcher's process group is killed as soon as it is known.
-            pending.started.add_done_callback(_kill_group)
-            raise
-        return LaunchedCommand(pid=pid, exited=pending.exited)
+        # Not to be abandoned once sent: `commands.run_to_completion` awaits the start to
+        # its end, whatever interrupts it, so that what it started can be killed.
+        return LaunchedCommand(pid=await pending.started, exited=pending.exited)
 
     def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """Read replies on `loop`: a sandbox started under one event loop may take its
