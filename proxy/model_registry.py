@@ -31,6 +31,9 @@ class TinkerRoute(_Frozen):
     kind: Literal["tinker"] = "tinker"
     base_model: str | None = None
     model_path: str | None = None
+    service_url: str | None = None
+    """A tinker-compatible service other than the configured model service (a teacher that
+    answers from a script); None: the configured one."""
 
     @model_validator(mode="after")
     def _one_target(self) -> TinkerRoute:
@@ -176,6 +179,25 @@ DEFAULT_MODELS: tuple[ModelEntry, ...] = (
         trainable=True,
     ),
 )
+
+
+TEACHER_MODEL = f"{QWEN3_LEARNER}-teacher"
+
+
+def teacher_entry(service_url: str) -> ModelEntry:
+    """The learner's base model on a model service started with `--scripted`: it answers
+    with the completions PUT to its script (a harness's demonstrations) and reports the
+    model's own logprobs of them. A run bound to it captures what the harness sends with
+    the teacher's answers; nothing trains through it."""
+    return ModelEntry(
+        id=TEACHER_MODEL,
+        family="qwen",
+        context_window=32_768,
+        max_output_tokens=8_192,
+        backend=TinkerRoute(base_model=QWEN3_LEARNER, service_url=service_url),
+        trainable=False,
+        display_name="Qwen3 learner answering from the teacher service's script",
+    )
 
 
 @dataclass(frozen=True)

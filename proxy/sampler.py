@@ -10,6 +10,9 @@ import tinker
 from proxy.errors import ProxyError
 from proxy.model_registry import TinkerRoute
 
+FORGOTTEN_SESSION = "unknown sampling session"
+"""How the local model service refuses a sampling client it does not know (after a restart)."""
+
 
 class PromptIds(list[int]):
     """A prompt's token ids as the SDK's request carries them.
@@ -37,10 +40,21 @@ class TinkerSampler:
     """
 
     def __init__(self, base_url: str | None, api_key: str | None, timeout_sec: float):
-        self._service = tinker.ServiceClient(base_url=base_url, api_key=api_key)
+        self._api_key = api_key
+        self._base_url = base_url
+        self._services: dict[str | None, tinker.ServiceClient] = {}
         self._clients: dict[TinkerRoute, tinker.SamplingClient] = {}
         self._lock = asyncio.Lock()
         self._timeout_sec = timeout_sec
+
+    def _service(self, url: str | None) -> tinker.ServiceClient:
+        """The configured service (None), or another one a route names; made on first use."""
+        service = self._services.get(url)
+        if service is None:
+            service = self._services[url] = tinker.ServiceClient(
+                base_url=url or self._base_url, api_key=self._api_key
+            )
+        return service
 
     async def _client(self, route: TinkerRoute) -> tinker.SamplingClient:
         async with self._lock:
@@ -48,8 +62,9 @@ class TinkerSampler:
             if client is None:
                 # The SDK opens its session with the backend on first use, synchronously,
                 # retrying an unreachable backend for minutes: not on this event loop.
+                service = await asyncio.to_thread(self._service, route.service_url)
                 creating = await asyncio.to_thread(
-                    self._service.create_sampling_client,
+                    service.create_sampling_client,
                     base_model=route.base_model,
                     model_path=route.model_path,
                 )
@@ -62,12 +77,7 @@ class TinkerSampler:
     ) -> Sample:
         try:
             async with asyncio.timeout(self._timeout_sec):
-                client = await self._client(route)
-                response = await client.sample(
-                    prompt=tinker.ModelInput.from_ints(PromptIds(prompt_tokens)),
-                    num_samples=1,
-                    sampling_params=params,
-                )
+                response = await self._sample(route, prompt_tokens, params)
         except TimeoutError:
             raise ProxyError(
                 "api_error", f"the model backend did not answer within {self._timeout_sec:g} s"
@@ -87,8 +97,36 @@ class TinkerSampler:
             tokens=list(sequence.tokens),
             logprobs=list(sequence.logprobs),
             stop_reason=sequence.stop_reason,
-            sampler=route.model_path or route.base_model or "",
+            sampler=_sampler_name(route),
         )
 
+    async def _sample(
+        self, route: TinkerRoute, prompt_tokens: list[int], params: tinker.SamplingParams
+    ) -> tinker.SampleResponse:
+        prompt = tinker.ModelInput.from_ints(PromptIds(prompt_tokens))
+        client = await self._client(route)
+        try:
+            return await client.sample(prompt=prompt, num_samples=1, sampling_params=params)
+        except tinker.RequestFailedError as error:
+            if FORGOTTEN_SESSION not in str(error):
+                raise
+        # The service restarted since this client was made, and its sessions went with it:
+        # a new session and client, instead of failing every later call on the route.
+        async with self._lock:
+            if self._clients.get(route) is client:
+                self._services.pop(route.service_url, None)
+                for stale in [r for r in self._clients if r.service_url == route.service_url]:
+                    del self._clients[stale]
+        client = await self._client(route)
+        return await client.sample(prompt=prompt, num_samples=1, sampling_params=params)
+
     def close(self) -> None:
-        self._service.close("success")
+        for service in self._services.values():
+            service.close("success")
+
+
+def _sampler_name(route: TinkerRoute) -> str:
+    """What sampled: the checkpoint or base model, and the service when it is not the
+    configured one (so that a teacher's answers never pass for the learner's samples)."""
+    name = route.model_path or route.base_model or ""
+    return name if route.service_url is None else f"{name}@{route.service_url}"

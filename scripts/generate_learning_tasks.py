@@ -9,7 +9,9 @@ and a constant answer is right on a quarter of them.
 
 Each task carries its demonstration (`solution/demonstration.json`): the conversation that
 follows the instruction in a demonstrator's run, as Anthropic Messages (a `write_file` call,
-the built-in agent's tool result, a short final reply), for supervised warm starts. On a
+the built-in agent's tool result, a short final reply), for supervised warm starts; each
+training task also carries the same answer through Claude Code's Bash tool
+(`solution/demonstration.claude-code.json`), which a teacher answers Claude Code with. On a
 seeded share of the training tasks (the same share of each word's tasks) the demonstrator
 ends the word with a full stop, which the verifier rejects: a warm start imitates that habit
 along with the format, and only the verifier's reward says which of the two the tests want.
@@ -151,32 +153,47 @@ class LearningTask:
         return f"{PHRASINGS[self.phrasing].format(path=ANSWER_PATH)} {self.word}\n"
 
     @property
+    def answer(self) -> str:
+        return f"{self.word}." if self.full_stop else self.word
+
+    @property
     def demonstration(self) -> dict[str, list[dict[str, object]]]:
         """The conversation after the instruction; the tool result is the built-in agent's."""
-        content = f"{self.word}." if self.full_stop else self.word
-        write = {"path": ANSWER_PATH, "content": content}
-        return {
-            "messages": [
-                {
-                    "role": "assistant",
-                    "content": [
-                        {"type": "tool_use", "id": "toolu_1", "name": "write_file", "input": write}
-                    ],
-                },
-                {
-                    "role": "user",
-                    "content": [
-                        {
-                            "type": "tool_result",
-                            "tool_use_id": "toolu_1",
-                            "content": f"wrote {len(content)} characters to {ANSWER_PATH}",
-                            "is_error": False,
-                        }
-                    ],
-                },
-                {"role": "assistant", "content": [{"type": "text", "text": FINAL_TEXT}]},
-            ]
-        }
+        write = {"path": ANSWER_PATH, "content": self.answer}
+        result = f"wrote {len(self.answer)} characters to {ANSWER_PATH}"
+        return _conversation("write_file", write, result)
+
+    @property
+    def claude_code_demonstration(self) -> dict[str, list[dict[str, object]]]:
+        """The same answer through Claude Code's Bash tool (`echo` adds the newline the
+        verifier ignores; the full stop it keeps)."""
+        command = {"command": f"echo {self.answer} > {ANSWER_PATH}"}
+        return _conversation("Bash", command, "(Bash completed with no output)")
+
+
+def _conversation(tool: str, arguments: dict[str, str], result: str) -> dict[str, list]:
+    return {
+        "messages": [
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": "toolu_1", "name": tool, "input": arguments}
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_1",
+                        "content": result,
+                        "is_error": False,
+                    }
+                ],
+            },
+            {"role": "assistant", "content": [{"type": "text", "text": FINAL_TEXT}]},
+        ]
+    }
 
 
 def split_pairs(seed: int) -> dict[str, list[tuple[int, str]]]:
@@ -223,7 +240,7 @@ def task_files(task: LearningTask) -> dict[str, str]:
         "path": ANSWER_PATH,
         "passes": "false" if task.full_stop else "true",
     }
-    return {
+    files = {
         "task.toml": TASK_TOML.format(**values),
         "instruction.md": task.instruction,
         "environment/Dockerfile": DOCKERFILE,
@@ -232,6 +249,12 @@ def task_files(task: LearningTask) -> dict[str, str]:
         "solution/solve.sh": SOLVE_SH.format(**values),
         "solution/demonstration.json": json.dumps(task.demonstration, indent=2) + "\n",
     }
+    if task.split == "train":
+        # Only training tasks are demonstrated to Claude Code (its warm start captures them).
+        files["solution/demonstration.claude-code.json"] = (
+            json.dumps(task.claude_code_demonstration, indent=2) + "\n"
+        )
+    return files
 
 
 def write_dataset(out: Path, seed: int) -> list[LearningTask]:

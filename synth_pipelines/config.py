@@ -44,6 +44,11 @@ class Settings(BaseSettings):
     )
     proxy_url: str = "http://127.0.0.1:8200"
     model_service_url: str = "http://127.0.0.1:8100"
+    teacher_service_url: str = Field(
+        default="http://127.0.0.1:8102",
+        description="Where a scripted model service answers as a teacher (`synth model serve "
+        "--scripted`), for runs that capture a harness's demonstrations.",
+    )
     tinker_base_url: str | None = Field(
         default=None,
         validation_alias="TINKER_BASE_URL",

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +17,7 @@ from fastapi import FastAPI
 
 from proxy.app import ProxyConfig, create_app
 from proxy.credentials import load_signing_key, mint_token
+from proxy.model_registry import ModelRegistry
 from proxy.sandbox_listener import sandbox_socket
 from synth_pipelines.config import settings
 from synth_pipelines.tinker_local.app import create_app as create_model_service
@@ -116,8 +117,14 @@ def start_served_proxy(model_url: str, port: int, publish_interval: float) -> su
 
 @contextmanager
 def capture_proxy(
-    model_url: str, *, workers: int = 1, backend_timeout_sec: float = 600.0
+    model_url: str,
+    *,
+    workers: int = 1,
+    backend_timeout_sec: float = 600.0,
+    registry: ModelRegistry | None = None,
 ) -> Iterator[Proxy]:
+    """`registry`: the models the proxy serves (their context windows bound prompt fitting);
+    None: the default registry."""
     config = settings()
     proxy_config = ProxyConfig(
         state_dir=config.state_dir,
@@ -130,6 +137,7 @@ def capture_proxy(
         report_to_dagster=False,
         publish_interval_sec=0.2,
         backend_timeout_sec=backend_timeout_sec,
+        registry=registry if registry is not None else ModelRegistry(),
     )
     with (
         sandbox_socket(config.proxy_sandbox_socket) as sandboxes,
@@ -181,10 +189,17 @@ file, then, once its result is in the prompt, a final sentence."""
 
 
 def run_claude_code(
-    proxy_url: str, token: str, workdir: Path, *, extra_env=None, bare: bool = False
+    proxy_url: str,
+    token: str,
+    workdir: Path,
+    *,
+    extra_env=None,
+    bare: bool = False,
+    extra_args: Sequence[str] = (),
 ) -> subprocess.CompletedProcess:
     """The pinned Claude Code in print mode in `workdir`, asked for one file, through the
-    proxy with `token`; `bare`: with `--bare`, a one-line system prompt and only Bash."""
+    proxy with `token`; `bare`: with `--bare`, a one-line system prompt and only Bash;
+    `extra_args`: further command-line options."""
     env = {
         "PATH": os.environ["PATH"],
         "HOME": str(workdir / "home"),
@@ -212,4 +227,5 @@ def run_claude_code(
     ]
     if bare:
         args += ["--bare", "--system-prompt", "You are terse.", "--tools", "Bash"]
+    args += extra_args
     return subprocess.run(args, cwd=workdir, env=env, capture_output=True, text=True, timeout=240)

@@ -128,3 +128,29 @@ def test_other_native_settings_keep_the_harness_hierarchy():
         "/app",
     )
     assert {f.path: f.content for f in launch.files}["/app/.claude/settings.json"] == settings
+
+
+def _limited(value: str) -> Profile:
+    return _profile(env=[{"name": "CLAUDE_CODE_MAX_OUTPUT_TOKENS", "value": value}])
+
+
+def test_a_profile_may_lower_the_output_limit_but_never_raise_it():
+    lowered = dict(build_launch(_limited("48"), BINDINGS, "x", "/app").env)
+    assert lowered["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] == "48"
+    raised = dict(build_launch(_limited("100000"), BINDINGS, "x", "/app").env)
+    assert raised["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] == BINDINGS.max_output_tokens
+    # The launch's record keeps the recipe's choice in place of the model's placeholder.
+    template = build_launch(_limited("48"), RuntimeBindings.placeholders(), "x", "/app")
+    assert dict(template.env)["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] == "48"
+
+
+@pytest.mark.parametrize("value", ["lots", "0", "-5", "4.5"])
+def test_an_output_limit_that_is_not_a_positive_whole_number_is_refused(value):
+    with pytest.raises(LaunchConstraintError, match="may only lower the model's output limit"):
+        build_launch(_limited(value), BINDINGS, "x", "/app")
+
+
+def test_a_count_of_tokens_is_not_taken_for_a_secret_but_a_token_is():
+    assert _limited("48").env[0].value == "48"
+    with pytest.raises(ValueError, match="looks like a secret"):
+        _profile(env=[{"name": "GITHUB_TOKEN", "value": "ghp_x"}])

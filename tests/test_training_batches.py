@@ -100,5 +100,10 @@ def _run_show_gives_every_batch_its_learning_numbers(run_id: str, samplers: list
         assert row["learning_rate"] == PLAN["learning_rate"]
         assert row["loss"] is not None and row["grad_norm"] > 0
         assert row["turns_per_attempt"] >= 1 and row["action_tokens_per_turn"] > 0
+        # Every attempt of the batch was packed, so its datums are the batch's datums.
+        assert row["datums_per_attempt_mean"] * row["attempts"] == row["datums"]
+        assert row["calls_per_attempt_max"] >= row["calls_per_attempt_mean"] >= 1
+        assert sum(row["new_datum_reasons"].values()) == row["datums"] - row["attempts"]
     text = CliRunner().invoke(app, ["run", "show", run_id])
     assert "learning per batch: signal" in text.stdout and "kl v1" in text.stdout
+    assert "learning per batch: packing" in text.stdout and "new datum because" in text.stdout

@@ -150,7 +150,7 @@ def test_warm_start_of_a_harness_without_a_known_frame_is_refused(state, tmp_pat
     publish_dataset(engine, store, _two_tasks(tmp_path), "test/learn", "v1", "tester")
     claude = tmp_path / "claude.json"
     claude.write_text(json.dumps(profile_document("claude-code.json")))
-    with pytest.raises(SubmissionError, match="'builtin' engine"):
+    with pytest.raises(SubmissionError, match=r"only known by running it.*captured_run"):
         build_run_request(
             engine,
             Submission(

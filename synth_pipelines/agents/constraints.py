@@ -39,6 +39,13 @@ def check_launch_constraints(profile: Profile, runtime: EngineRuntime) -> None:
     for binding in profile.env:
         if binding.name in runtime.forbidden_env:
             raise _refuse(profile, f"sets {binding.name}")
+        if binding.name == runtime.output_limit_env and not (
+            binding.value is not None and binding.value.isdecimal() and int(binding.value) > 0
+        ):
+            raise LaunchConstraintError(
+                f"profile {profile.ref} sets {binding.name} to {binding.value or binding.bind!r}; "
+                "it may only lower the model's output limit, so give a positive whole number"
+            )
     for arg in profile.args:
         flag = arg.split("=", 1)[0]
         if flag in runtime.forbidden_args:

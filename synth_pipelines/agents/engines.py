@@ -49,6 +49,9 @@ class EngineRuntime:
     log_name: str
     forbidden_env: frozenset[str] = field(default_factory=frozenset)
     forbidden_args: frozenset[str] = field(default_factory=frozenset)
+    output_limit_env: str | None = None
+    """The variable that bounds the harness's output tokens per call: the launcher sets it
+    to the model's limit, and a profile may only lower it (a recipe's choice)."""
 
     def argv(self, model: str) -> list[str]:
         raise NotImplementedError
@@ -146,6 +149,7 @@ def engine_runtime(engine: str) -> EngineRuntime:
             | frozenset(MODEL_ALIASES)
             | {"CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "CLAUDE_CONFIG_DIR"},
             forbidden_args=frozenset({"--model", "--fallback-model"}),
+            output_limit_env="CLAUDE_CODE_MAX_OUTPUT_TOKENS",
         )
     if engine == "builtin":
         return BuiltinRuntime(

@@ -85,6 +85,12 @@ def _resolve(path: str, workdir: str) -> str:
     return posixpath.normpath(posixpath.join(workdir, path))
 
 
+def _lowers(chosen: str, model_limit: str) -> bool:
+    """Whether a profile's output limit is below the model's (or the model's is a
+    placeholder, in the launch's record)."""
+    return not model_limit.isdecimal() or int(chosen) < int(model_limit)
+
+
 def build_launch(
     profile: Profile,
     bindings: RuntimeBindings,
@@ -107,16 +113,17 @@ def build_launch(
     else:
         assert delivery.path is not None
         files.append(FileWrite(_resolve(delivery.path, workdir), instruction, False))
-    env = {
-        "HOME": HOME,
-        **{
-            binding.name: binding.value
-            if binding.value is not None
-            else getattr(bindings, binding.bind)
-            for binding in profile.env
-        },
-        **runtime.mandatory_env(bindings),
+    chosen = {
+        binding.name: binding.value
+        if binding.value is not None
+        else getattr(bindings, binding.bind)
+        for binding in profile.env
     }
+    mandatory = runtime.mandatory_env(bindings)
+    limit = runtime.output_limit_env
+    if limit in chosen and limit in mandatory and _lowers(chosen[limit], mandatory[limit]):
+        mandatory[limit] = chosen[limit]
+    env = {"HOME": HOME, **chosen, **mandatory}
     return Launch(
         engine=profile.engine,
         argv=tuple(argv),

@@ -20,6 +20,15 @@ _STEP_FIELDS = (
     "optim_step_sec",
 )
 
+# Recorded since batches count how their attempts packed; None in older batches' rows.
+_PACKING_FIELDS = (
+    "calls_per_attempt_mean",
+    "calls_per_attempt_max",
+    "datums_per_attempt_mean",
+    "datums_per_attempt_max",
+    "new_datum_reasons",
+)
+
 
 def _row(update: PolicyUpdate) -> dict:
     metrics = update.metrics
@@ -47,6 +56,7 @@ def _row(update: PolicyUpdate) -> dict:
         "optimizer_step": stepped,
         "no_step_reason": None if stepped else metrics.get("no_step_reason") or update.resolution,
         **{name: metrics.get(name) for name in _STEP_FIELDS},
+        **{name: metrics.get(name) for name in _PACKING_FIELDS},
     }
 
 
@@ -67,16 +77,28 @@ def _number(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _per_attempt(mean: float | None, most: int | None) -> str:
+    return "-" if mean is None or most is None else f"{mean:.1f} (max {most})"
+
+
+def _reasons(counts: dict[str, int] | None) -> str:
+    if counts is None:
+        return "-"
+    return "\n".join(f"{count} {reason}" for reason, count in counts.items()) or "none"
+
+
 def _table(title: str, *columns: str) -> Table:
     return Table(*columns, title=title, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0))
 
 
 def learning_tables(rows: list[dict]) -> list[Table]:
-    """Two narrow tables (what sampling gave learning; what the step did), so that both
-    read whole in an 80-column terminal. mixed/good/bad: shares of groups; used: groups
-    that qualified; ac tok: sampled (action) tokens per turn; gnorm: gradient norm; ent: mean
-    sampled-token entropy; f/b: forward_backward; opt: the optimizer step. A run without
-    training batches (an evaluation) has no tables."""
+    """Three narrow tables (what sampling gave learning; how its attempts packed into
+    datums; what the step did), so that each reads whole in an 80-column terminal.
+    mixed/good/bad: shares of groups; used: groups that qualified; ac tok: sampled (action)
+    tokens per turn; new datum because: why each datum after an attempt's first one started
+    (`learning/packing_stats.py`); gnorm: gradient norm; ent: mean sampled-token entropy;
+    f/b: forward_backward; opt: the optimizer step. A run without training batches (an
+    evaluation) has no tables."""
     if not rows:
         return []
     signal = _table(
@@ -91,6 +113,13 @@ def learning_tables(rows: list[dict]) -> list[Table]:
         "datums",
         "ac tok",
         "step",
+    )
+    packing = _table(
+        "learning per batch: packing",
+        "batch",
+        "calls/attempt",
+        "datums/attempt",
+        "new datum because",
     )
     update = _table(
         "learning per batch: update",
@@ -121,6 +150,12 @@ def learning_tables(rows: list[dict]) -> list[Table]:
             f"{row['action_tokens_per_turn']:.0f}",
             step,
         )
+        packing.add_row(
+            str(row["batch_index"]),
+            _per_attempt(row["calls_per_attempt_mean"], row["calls_per_attempt_max"]),
+            _per_attempt(row["datums_per_attempt_mean"], row["datums_per_attempt_max"]),
+            _reasons(row["new_datum_reasons"]),
+        )
         update.add_row(
             str(row["batch_index"]),
             _number(row["learning_rate"], ".0e"),
@@ -133,4 +168,4 @@ def learning_tables(rows: list[dict]) -> list[Table]:
             _number(row["forward_backward_sec"], ".1f"),
             _number(row["optim_step_sec"], ".1f"),
         )
-    return [signal, update]
+    return [signal, packing, update]

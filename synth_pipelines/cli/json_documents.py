@@ -11,6 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
+from synth_pipelines.contracts.learning import NewDatumReason
+
 
 class Document(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -102,7 +104,12 @@ class BatchLearningDocument(Document):
     The group shares and per-turn token counts are tinker-cookbook's `by_group/frac_*`,
     `ac_tokens_per_turn`, `ob_tokens_per_turn` and `turns_per_episode`; the sampler/trainer
     agreement is its `kl_sample_train_v1`/`_v2`, measured at the batch's first
-    forward_backward. Step fields are null for a batch that applied no step."""
+    forward_backward. Step fields are null for a batch that applied no step.
+
+    The per-attempt calls and datums are over the attempts packed into datums;
+    `new_datum_reasons` counts why each datum after an attempt's first one started. All
+    are null for batches recorded before they were counted, and the means and maxima
+    also for a batch that packed no attempt."""
 
     batch: str
     batch_index: int
@@ -134,6 +141,11 @@ class BatchLearningDocument(Document):
     sampling_sec: float | None
     forward_backward_sec: float | None
     optim_step_sec: float | None
+    calls_per_attempt_mean: float | None
+    calls_per_attempt_max: int | None
+    datums_per_attempt_mean: float | None
+    datums_per_attempt_max: int | None
+    new_datum_reasons: dict[NewDatumReason, int] | None
 
 
 class RunResultsDocument(RunSummary):
@@ -308,9 +320,19 @@ class ErrorDocument(Document):
     exit_code: int
 
 
+class TeacherScript(Document):
+    url: str
+    dataset: str
+    engine: str
+    model: str
+    tasks: int
+    entries: int
+
+
 DOCUMENTS: dict[str, Any] = {
     "error": ErrorDocument,
     "dataset publish": PublishedDataset,
+    "model teach": TeacherScript,
     "dataset show": DatasetWithTasks,
     "dataset list": list[DatasetDocument],
     "run start": AcceptedRun,

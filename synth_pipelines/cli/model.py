@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 import uvicorn
 
+from synth_pipelines.cli.output import JSON_OPTION, console, emit, fail, user_errors
 from synth_pipelines.tinker_local.errors import UserError
 from synth_pipelines.tinker_local.names import DEFAULT_MAX_LOADED, QWEN3_TINY, SEEDED_MODEL_NAMES
 
@@ -37,7 +38,8 @@ def serve(
         bool,
         typer.Option(
             "--scripted",
-            help="Answer samples from a script PUT to /scripted/v1/script (tests only).",
+            help="Answer samples from a script PUT to /scripted/v1/script (tests, and a "
+            "teacher: `synth model teach`).",
         ),
     ] = False,
 ) -> None:
@@ -62,3 +64,78 @@ def serve(
     # No access log: the SDK makes two requests per sample, and a line for each drowns the
     # service's own messages (and cost it a few percent of its CPU).
     uvicorn.run(app, host=host, port=port, log_level="info", access_log=False)
+
+
+@model_app.command()
+def teach(
+    dataset: Annotated[str, typer.Option(help="The dataset whose demonstrations to answer with.")],
+    actor: Annotated[
+        str,
+        typer.Option(
+            help="The actor profile (`@file.json` or org/name@version) whose harness the "
+            "teacher answers: its engine picks the demonstration files."
+        ),
+    ],
+    url: Annotated[
+        str | None,
+        typer.Option(help="The scripted model service (default: the teacher service URL)."),
+    ] = None,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Script a scripted model service to answer a harness with a dataset's demonstrations.
+
+    Each task's demonstration for the actor's engine becomes one entry per assistant turn:
+    a prompt holding the task's instruction and as many tool results as turns before it
+    is answered with that turn's completion tokens. Bind a run of the actor to the teacher
+    model (`--model synth/qwen3-learner-teacher`) to capture what the harness sends with
+    those answers; a warm start with `captured_run` then learns from the captures."""
+    import httpx
+
+    from proxy.model_registry import TEACHER_MODEL
+    from proxy.server import model_registry
+    from synth_pipelines.config import settings
+    from synth_pipelines.control.database import control_engine
+    from synth_pipelines.learning.demonstrations import DemonstrationError
+    from synth_pipelines.learning.teacher import dataset_demonstrations, dataset_script
+    from synth_pipelines.registry.datasets import DatasetError, get_dataset
+    from synth_pipelines.runtime.submission import read_profile
+    from synth_pipelines.storage.objectstore import open_object_store
+
+    config = settings()
+    target = url or config.teacher_service_url
+    engine = control_engine()
+    store = open_object_store(config.objects_url, endpoint_url=config.s3_endpoint_url)
+    with user_errors(DatasetError, DemonstrationError):
+        version = get_dataset(engine, dataset)
+        harness = read_profile(engine, actor, "actor profile").profile().engine
+        adapter = model_registry(config).get(TEACHER_MODEL).adapter()
+        demonstrations = dataset_demonstrations(
+            engine, store, version, harness, config.state_dir / "task-cache"
+        )
+        entries, tasks = dataset_script(adapter, demonstrations)
+    try:
+        answer = httpx.put(f"{target}/scripted/v1/script", json={"entries": entries}, timeout=60)
+    except httpx.HTTPError as error:
+        fail(
+            f"no scripted model service at {target} ({error}); start one with "
+            f"`synth model serve --scripted --port {target.rsplit(':', 1)[-1]}`"
+        )
+    if answer.status_code != 200:
+        fail(f"{target} refused the script ({answer.status_code}): {answer.text[:200]}")
+    data = {
+        "url": target,
+        "dataset": version.ref,
+        "engine": harness,
+        "model": TEACHER_MODEL,
+        "tasks": tasks,
+        "entries": len(entries),
+    }
+    emit(
+        "model teach",
+        data,
+        as_json,
+        lambda: console.print(
+            f"{target} answers {harness} with {version.ref}'s demonstrations: "
+            f"{len(entries)} turns of {tasks} tasks; bind runs to --model {TEACHER_MODEL}"
+        ),
+    )

@@ -138,10 +138,12 @@ class TrainPlan(ExecutionSettings):
 
 
 class WarmStartPlan(StrictModel):
-    """Supervised training on worked examples before any sampling: each task's
-    `solution/demonstration.json` is rendered as the harness would send it and its
-    assistant turns are learned with cross-entropy, through the same tinker API as
-    every other update. One checkpoint at the end; a train or eval run binds it."""
+    """Supervised training on worked examples before any sampling, with cross-entropy on
+    the demonstrated completions, through the same tinker API as every other update. One
+    checkpoint at the end; a train or eval run binds it.
+
+    The examples are each task's `solution/demonstration.json`, rendered as the built-in
+    agent would send it; or, for a native harness, the captured calls of `captured_run`."""
 
     kind: Literal["warm_start"]
     steps: int = Field(default=60, ge=1, le=100_000)
@@ -150,6 +152,12 @@ class WarmStartPlan(StrictModel):
     lora_rank: int = Field(default=16, ge=1, le=256)
     seed: int = 0
     max_tasks: int | None = Field(default=None, ge=1)
+    captured_run: str | None = Field(
+        default=None,
+        description="a finished run of the same actor profile bound to a teacher "
+        "(`synth model teach`): learn each of its captured calls, the prompt tokens the "
+        "proxy rendered from what the harness sent and the teacher's completion tokens",
+    )
 
 
 Plan = Annotated[EvalPlan | ExecutePlan | TrainPlan | WarmStartPlan, Field(discriminator="kind")]

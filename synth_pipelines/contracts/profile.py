@@ -22,7 +22,8 @@ from synth_pipelines.contracts.refs import check_name, check_version
 
 Engine = Literal["oracle", "nop", "claude-code", "builtin"]
 RuntimeBinding = Literal["task", "run", "attempt", "batch", "model", "proxy_url", "token"]
-SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL)", re.IGNORECASE)
+# TOKENS (a count, such as an output limit) is not a secret; TOKEN is.
+SECRET_NAME = re.compile(r"(KEY|TOKEN(?!S)|SECRET|PASSWORD|CREDENTIAL)", re.IGNORECASE)
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 

@@ -53,6 +53,18 @@ def read_attempt_evidence(
     return evidence
 
 
+def run_attempts(engine: Engine, run_id: str) -> list[str]:
+    """The attempts of a run that published evidence, in order."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(evidence_chunks.c.attempt_id)
+            .where(evidence_chunks.c.run_id == run_id)
+            .distinct()
+            .order_by(evidence_chunks.c.attempt_id)
+        ).all()
+    return [row.attempt_id for row in rows]
+
+
 def published_calls(engine: Engine, attempt_id: str, role: str, since: datetime) -> int:
     """How many calls of the attempt in `role` were published from `since` on: a run of its
     harness that reached its model has at least one once its evidence is flushed."""

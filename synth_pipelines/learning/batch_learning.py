@@ -20,6 +20,7 @@ from synth_pipelines.contracts.plan import TrainPlan
 from synth_pipelines.contracts.trial import TrialOutcome
 from synth_pipelines.evidence.reader import read_attempt_evidence
 from synth_pipelines.learning.datums import group_datums
+from synth_pipelines.learning.packing_stats import AttemptPacking, group_packing
 from synth_pipelines.learning.qualification import actor_calls, qualify_group
 from synth_pipelines.learning.trajectories import MAIN_AGENT, agent_calls, trajectory
 from synth_pipelines.storage.objectstore import ObjectStore
@@ -54,6 +55,8 @@ class GroupLearning:
     group_index: int
     standings: list[QualifiedAttempt]
     datums: list[DatumRow]
+    packing: list[AttemptPacking]
+    """How each packed attempt split into those datums, and why."""
     rollouts: TrajectoryGroup | None
     """The assessed attempts' main-agent trajectories with their rewards, for the batch's
     trajectory metrics (tinker-cookbook's); None when no attempt of the group qualified."""
@@ -106,6 +109,7 @@ def learn_group(
         group_index=group[0].group_index,
         standings=standings,
         datums=group_datums(standings, evidence.calls),
+        packing=group_packing(standings, evidence.calls),
         rollouts=_rollouts(standings, evidence.calls),
         audit=audit,
     )

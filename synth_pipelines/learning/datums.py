@@ -43,13 +43,17 @@ def attempt_datums(standing: QualifiedAttempt, calls: list[Interaction]) -> list
     return rows
 
 
+def packed_attempts(standings: list[QualifiedAttempt]) -> list[QualifiedAttempt]:
+    """The attempts learned from: qualified, in a group that qualified."""
+    return [s for s in standings if s.qualified and s.group_qualified]
+
+
 def group_datums(
     standings: list[QualifiedAttempt], calls: dict[str, list[Interaction]]
 ) -> list[DatumRow]:
     return [
         row
-        for standing in standings
-        if standing.qualified and standing.group_qualified
+        for standing in packed_attempts(standings)
         for row in attempt_datums(standing, calls[standing.attempt_id])
     ]
 

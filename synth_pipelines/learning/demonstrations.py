@@ -1,17 +1,24 @@
-"""Worked examples as training datums, rendered exactly as the harness would send them.
+"""Worked examples, in the model's own tokens.
 
-A task may carry a demonstration in `solution/demonstration.json`: the conversation that
-follows its instruction, as Anthropic Messages (`{"messages": [...]}`, assistant turns
-and the tool results the harness returns to them). Each assistant turn becomes one datum:
-the prompt the capture proxy would render for the turn, in the model's native format,
-followed by the completion tokens that turn is written as when it is history. A completion
-must parse back, through the same adapter, into the demonstrated content; otherwise the
+A task may carry a demonstration in `solution/demonstration.json` (for the built-in agent)
+or `solution/demonstration.<engine>.json` (for a native harness, in its own tools): the
+conversation that follows its instruction, as Anthropic Messages (`{"messages": [...]}`,
+assistant turns and the tool results the harness returns to them). Each assistant turn is
+written as the completion tokens that turn is rendered as when it is history; a completion
+must parse back, through the same adapter, into the demonstrated content, otherwise the
 demonstration is refused rather than learned in a form the model would never produce.
+
+For the built-in agent, whose request frame is known, each turn becomes a datum with the
+prompt the capture proxy would render. A native harness's frame (its system prompt, tool
+definitions and whatever it adds between calls) is only known by running it, so its turns
+become a teacher's script instead (`teacher_script`): the harness runs against the teacher,
+the proxy captures what it actually sent, and the warm start learns from those captures.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +31,9 @@ from proxy.messages import MessagesRequest
 from synth_pipelines.contracts.profile import Profile
 
 DEMONSTRATION_FILE = Path("solution") / "demonstration.json"
+TOOL_RESPONSE = "<tool_response>"
+"""How a tool result opens in the Qwen family's prompt: a teacher's script counts them to
+tell an attempt's turns apart."""
 # A user turn after the last assistant turn, so that it renders as history.
 _FOLLOWING = {"role": "user", "content": "Continue."}
 
@@ -66,8 +76,9 @@ def harness_frame(profile: Profile) -> HarnessFrame:
     if profile.engine != "builtin":
         raise DemonstrationError(
             f"profile {profile.name}@{profile.version} uses the {profile.engine!r} engine; "
-            "a warm start renders demonstrations in the built-in agent's frame, so the actor "
-            "must use the 'builtin' engine"
+            "its request frame is only known by running it, so warm-start it from the captured "
+            "calls of a run of the same profile against a teacher (the plan's `captured_run`; "
+            "see `synth model teach`)"
         )
     from synth_pipelines.agents.builtin import SYSTEM, TOOLS
 
@@ -77,20 +88,28 @@ def harness_frame(profile: Profile) -> HarnessFrame:
     return HarnessFrame(system=system, tools=TOOLS, max_tokens=max_tokens)
 
 
-def read_demonstration(task_dir: Path) -> Demonstration:
-    path = task_dir / DEMONSTRATION_FILE
+def demonstration_file(engine: str) -> Path:
+    """Where a task keeps its demonstration for the harness of `engine`."""
+    if engine == "builtin":
+        return DEMONSTRATION_FILE
+    return DEMONSTRATION_FILE.with_name(f"demonstration.{engine}.json")
+
+
+def read_demonstration(task_dir: Path, engine: str = "builtin") -> Demonstration:
+    relative = demonstration_file(engine)
+    path = task_dir / relative
     try:
         document = _DemonstrationFile.model_validate_json(path.read_bytes())
     except FileNotFoundError:
         raise DemonstrationError(
-            f"task {task_dir.name} has no {DEMONSTRATION_FILE}; a warm start needs one per task"
+            f"task {task_dir.name} has no {relative}; a warm start needs one per task"
         ) from None
     except ValidationError as error:
-        raise DemonstrationError(f"task {task_dir.name}: {DEMONSTRATION_FILE}: {error}") from None
+        raise DemonstrationError(f"task {task_dir.name}: {relative}: {error}") from None
     roles = [message.get("role") for message in document.messages]
     if not roles or roles[0] != "assistant" or roles[-1] != "assistant":
         raise DemonstrationError(
-            f"task {task_dir.name}: {DEMONSTRATION_FILE} must start and end with an assistant "
+            f"task {task_dir.name}: {relative} must start and end with an assistant "
             f"turn (it has roles {roles})"
         )
     instruction = (task_dir / "instruction.md").read_text()
@@ -176,3 +195,22 @@ def demonstration_turns(
             )
         turns.append(DemonstrationTurn(prompt.tokens, completion))
     return turns
+
+
+def teacher_script(adapter: ModelAdapter, demonstration: Demonstration) -> list[dict[str, Any]]:
+    """Scripted-service entries that answer a harness's calls on this task with its
+    demonstration: turn k's completion tokens for a prompt that holds the task's
+    instruction followed by exactly k tool results. Entries repeat, so a harness that
+    retries a call gets the same answer."""
+    # The harness's own frame is unknown here; a turn's completion does not depend on it.
+    frame = HarnessFrame(system="", tools=[], max_tokens=512)
+    instruction = re.escape(demonstration.instruction.strip()) + r"(?!\w)"
+    no_result = f"(?:(?!{re.escape(TOOL_RESPONSE)}).)*"
+    return [
+        {
+            "match": instruction + no_result + f"(?:{re.escape(TOOL_RESPONSE)}{no_result}){{{k}}}$",
+            "completion_tokens": turn.completion,
+            "repeat": True,
+        }
+        for k, turn in enumerate(demonstration_turns(adapter, frame, demonstration))
+    ]

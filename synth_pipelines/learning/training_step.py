@@ -14,7 +14,7 @@ import asyncio
 import math
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from sqlalchemy import Engine
 from tinker_cookbook.rl.metric_util import compute_trajectory_metrics
@@ -25,6 +25,7 @@ from synth_pipelines.contracts.run_spec import RunSpec
 from synth_pipelines.contracts.trial import TrialOutcome
 from synth_pipelines.control.checkpoints import Checkpoint
 from synth_pipelines.learning.batch_learning import EvidenceAudit, GroupLearning, learn_group
+from synth_pipelines.learning.packing_stats import batch_packing
 from synth_pipelines.learning.trainer import Trainer
 from synth_pipelines.learning.update import apply_update, commit_checkpoint
 from synth_pipelines.runtime.assessing import Assessor, trial_assessment
@@ -42,7 +43,8 @@ def _reason(standing: QualifiedAttempt) -> str:
 
 
 def signal_metrics(groups: list[GroupLearning]) -> dict:
-    """What the batch's sampling gave learning: rewards, group shares, tokens, drops."""
+    """What the batch's sampling gave learning: rewards, group shares, tokens, drops, and
+    how its attempts packed into datums."""
     standings = [s for group in groups for s in group.standings]
     rewards = [s.reward for s in standings if s.qualified and s.reward is not None]
     mean = sum(rewards) / len(rewards) if rewards else 0.0
@@ -74,6 +76,7 @@ def signal_metrics(groups: list[GroupLearning]) -> dict:
         "observation_tokens_per_turn": cookbook.get("env/all/ob_tokens_per_turn", 0.0),
         "turns_per_attempt": cookbook.get("env/all/turns_per_episode", 0.0),
         "datums": sum(len(group.datums) for group in groups),
+        **asdict(batch_packing([attempt for group in groups for attempt in group.packing])),
     }
 
 

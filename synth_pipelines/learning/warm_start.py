@@ -12,7 +12,6 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 
 import tinker
 import torch
@@ -24,20 +23,18 @@ from synth_pipelines.config import settings
 from synth_pipelines.contracts.plan import WarmStartPlan
 from synth_pipelines.contracts.run_spec import RunSpec, batch_key
 from synth_pipelines.control.checkpoints import Checkpoint, batch_checkpoint, record_checkpoint
+from synth_pipelines.learning.captured_demonstrations import captured_examples, captured_run
 from synth_pipelines.learning.demonstrations import (
     DemonstrationTurn,
     demonstration_turns,
     harness_frame,
-    read_demonstration,
 )
 from synth_pipelines.learning.policy import bind_policy
+from synth_pipelines.learning.teacher import dataset_demonstrations
 from synth_pipelines.learning.trainer import adam
-from synth_pipelines.registry.datasets import get_dataset, read_page
-from synth_pipelines.registry.task_packages import materialize_task
+from synth_pipelines.registry.datasets import get_dataset
 from synth_pipelines.runtime.lifecycle import complete_batch, start_batch
 from synth_pipelines.storage.objectstore import ObjectStore
-
-PAGE = 500
 
 
 @dataclass(frozen=True)
@@ -50,29 +47,44 @@ class WarmStartResult:
     datums: int | None
 
 
+def example_datum(tokens: list[int], weights: list[float]) -> tinker.Datum:
+    return datum_from_model_input_weights(
+        tinker.ModelInput.from_ints(tokens), torch.tensor(weights)
+    )
+
+
 def turn_datum(turn: DemonstrationTurn) -> tinker.Datum:
     """Loss on the completion only: the prompt is what the harness sent."""
-    weights = torch.tensor([0.0] * len(turn.prompt) + [1.0] * len(turn.completion))
-    return datum_from_model_input_weights(
-        tinker.ModelInput.from_ints(turn.prompt + turn.completion), weights
+    return example_datum(
+        turn.prompt + turn.completion, [0.0] * len(turn.prompt) + [1.0] * len(turn.completion)
     )
 
 
 def demonstration_datums(
     engine: Engine, store: ObjectStore, spec: RunSpec, base_model: str
 ) -> list[list[tinker.Datum]]:
-    """Per task of the run's dataset (in order, up to the plan's limit), its turns' datums."""
+    """Per example (a task's demonstration, or an attempt of the captured run), its turns'
+    datums: tasks of the run's dataset in order, up to the plan's limit."""
+    assert isinstance(spec.plan, WarmStartPlan)
+    registry = model_registry(settings())
+    if spec.plan.captured_run is not None:
+        captured_run(engine, spec.plan.captured_run, spec.actor.digest, spec.owner)
+        captured = captured_examples(engine, store, spec.plan.captured_run, registry, base_model)
+        return [[example_datum(e.tokens, e.weights) for e in examples] for examples in captured]
     frame = harness_frame(spec.actor.profile())
-    adapter = model_registry(settings()).get(base_model).adapter()
-    dataset = get_dataset(engine, spec.dataset.ref)
-    cache = settings().state_dir / "task-cache"
-    per_task = []
-    for offset in range(0, spec.task_limit, PAGE):
-        for ref in read_page(engine, dataset, offset, min(PAGE, spec.task_limit - offset)):
-            task_dir = materialize_task(store, ref, cache)
-            turns = demonstration_turns(adapter, frame, read_demonstration(Path(task_dir)))
-            per_task.append([turn_datum(turn) for turn in turns])
-    return per_task
+    adapter = registry.get(base_model).adapter()
+    demonstrations = dataset_demonstrations(
+        engine,
+        store,
+        get_dataset(engine, spec.dataset.ref),
+        "builtin",
+        settings().state_dir / "task-cache",
+        spec.task_limit,
+    )
+    return [
+        [turn_datum(turn) for turn in demonstration_turns(adapter, frame, demonstration)]
+        for demonstration in demonstrations
+    ]
 
 
 def warm_start(

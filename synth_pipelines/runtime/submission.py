@@ -130,10 +130,14 @@ def build_run_request(
         )
     actor = read_profile(engine, submission.actor, "actor profile", base_dir)
     if plan.kind == "warm_start":
+        from synth_pipelines.learning.captured_demonstrations import captured_run
         from synth_pipelines.learning.demonstrations import DemonstrationError, harness_frame
 
         try:
-            harness_frame(actor.profile())
+            if plan.captured_run is None:
+                harness_frame(actor.profile())
+            else:
+                captured_run(engine, plan.captured_run, actor.digest, owner)
         except DemonstrationError as error:
             raise SubmissionError(str(error)) from None
     if submission.model is None and actor.profile().launched and actor.profile().model is None:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from fastapi import APIRouter
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from synth_pipelines.tinker_local.backbone import Backbone
 from synth_pipelines.tinker_local.errors import UserError
@@ -37,7 +37,14 @@ class ScriptEntry(BaseModel):
     match: str | None = Field(
         default=None, description="Regex searched in the decoded prompt; null matches any prompt."
     )
-    completion: str = Field(description="The text the model answers with.")
+    completion: str | None = Field(
+        default=None, description="The text the model answers with (tokenized by the service)."
+    )
+    completion_tokens: list[int] | None = Field(
+        default=None,
+        description="Or the exact token ids it answers with, the turn's end included when it "
+        "ends the turn (`end_turn` is then ignored).",
+    )
     repeat: bool = Field(default=False, description="Keep the entry after it is used.")
     end_turn: bool = Field(default=True, description="Append the stop token after the text.")
     logprob: float | None = Field(
@@ -47,6 +54,14 @@ class ScriptEntry(BaseModel):
             "(benchmarks of other components only; never train on it); null: the model's own."
         ),
     )
+
+    @model_validator(mode="after")
+    def _one_completion(self) -> ScriptEntry:
+        if (self.completion is None) == (self.completion_tokens is None):
+            raise ValueError("give exactly one of 'completion' or 'completion_tokens'")
+        if self.completion_tokens is not None and not self.completion_tokens:
+            raise ValueError("'completion_tokens' is empty")
+        return self
 
 
 class ScriptBody(BaseModel):
@@ -115,12 +130,11 @@ class Script:
 def forced_completion(
     entry: ScriptEntry, params: DecodeParams, backbone: Backbone
 ) -> ForcedCompletion:
-    tokens = list(backbone.tokenizer.encode(entry.completion, add_special_tokens=False))
-    ended = False
-    if entry.end_turn:
-        stop = _stop_tokens(params, backbone)
-        tokens.extend(stop)
-        ended = bool(stop)
+    if entry.completion_tokens is not None:
+        tokens = list(entry.completion_tokens)
+        ended = tokens[-1] in (params.stop_token_ids or backbone.stop_token_ids)
+    else:
+        tokens, ended = _text_completion(entry, params, backbone)
     stop_reason = "stop" if ended else "length"
     if len(tokens) > params.max_tokens:
         tokens, stop_reason = tokens[: params.max_tokens], "length"
@@ -128,6 +142,19 @@ def forced_completion(
         raise UserError("the scripted completion is empty and does not end the turn")
     logprobs = None if entry.logprob is None else (entry.logprob,) * len(tokens)
     return ForcedCompletion(tuple(tokens), stop_reason, logprobs)
+
+
+def _text_completion(
+    entry: ScriptEntry, params: DecodeParams, backbone: Backbone
+) -> tuple[list[int], bool]:
+    assert entry.completion is not None
+    tokens = list(backbone.tokenizer.encode(entry.completion, add_special_tokens=False))
+    ended = False
+    if entry.end_turn:
+        stop = _stop_tokens(params, backbone)
+        tokens.extend(stop)
+        ended = bool(stop)
+    return tokens, ended
 
 
 def _stop_tokens(params: DecodeParams, backbone: Backbone) -> list[int]:
