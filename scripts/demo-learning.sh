@@ -20,7 +20,7 @@ HARNESS=builtin
 if [[ "${1:-}" == "--harness" ]]; then HARNESS=${2:?--harness takes builtin or claude-code}; fi
 case "$HARNESS" in
   builtin) ACTOR=@profiles/learner.json; KEY=demo-learn-r7-s${SEED} ;;
-  claude-code) ACTOR=@profiles/claude-code-learner.json; KEY=demo-learn-cc2-s${SEED} ;;
+  claude-code) ACTOR=@profiles/claude-code-learner.json; KEY=demo-learn-cc4-s${SEED} ;;
   *) echo "error: --harness takes builtin or claude-code, not '$HARNESS'" >&2; exit 2 ;;
 esac
 

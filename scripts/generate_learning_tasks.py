@@ -131,7 +131,9 @@ Each task has the layout of `datasets/sample/` (Dockerfile subset `FROM`/`WORKDI
 separate verifier, the answer file declared as an artifact and present, empty, in the
 starting state) and its demonstration in `solution/demonstration.json`: the conversation
 after the instruction of a demonstrator's run, as Anthropic Messages (a `write_file` call,
-the built-in agent's tool result, and a short final reply). On {full_stops} of the {train}
+the built-in agent's tool result, and a short final reply); each training task also has the
+same answer through Claude Code's Bash tool in `solution/demonstration.claude-code.json`, which
+a teacher answers Claude Code with (`synth model teach`). On {full_stops} of the {train}
 training tasks (the same share of each word's) the demonstrator writes the word with a full
 stop, which the verifier rejects; those tasks say `demonstration_passes = false`.
 """
