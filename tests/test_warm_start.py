@@ -163,6 +163,25 @@ def test_warm_start_of_a_harness_without_a_known_frame_is_refused(state, tmp_pat
         )
 
 
+def test_a_captured_run_that_does_not_exist_is_refused_before_anything_runs(state, tmp_path):
+    engine = control_engine()
+    store = open_object_store(settings().objects_url)
+    publish_dataset(engine, store, _two_tasks(tmp_path), "test/learn", "v1", "tester")
+    claude = tmp_path / "claude.json"
+    claude.write_text(json.dumps(profile_document("claude-code.json")))
+    with pytest.raises(SubmissionError, match="captured_run: no run 'r-missing'"):
+        build_run_request(
+            engine,
+            Submission(
+                dataset="test/learn@v1",
+                actor=f"@{claude}",
+                plan='{"kind": "warm_start", "captured_run": "r-missing"}',
+                kinds=("train", "warm_start"),
+            ),
+            settings().owner,
+        )
+
+
 def test_a_task_without_a_demonstration_is_named(tmp_path):
     task = tmp_path / "no-demo"
     (task / "solution").mkdir(parents=True)
