@@ -188,6 +188,26 @@ CLAUDE_FILE_SCRIPT = [
 file, then, once its result is in the prompt, a final sentence."""
 
 
+def claude_code_env(
+    proxy_url: str, token: str, workdir: Path, max_output_tokens: int = 4096
+) -> dict[str, str]:
+    """Claude Code's environment for an offline run through the proxy, with its home in
+    `workdir` (made here)."""
+    (workdir / "home").mkdir(exist_ok=True)
+    return {
+        "PATH": os.environ["PATH"],
+        "HOME": str(workdir / "home"),
+        "ANTHROPIC_BASE_URL": proxy_url,
+        "ANTHROPIC_AUTH_TOKEN": token,
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        "CLAUDE_CODE_MAX_CONTEXT_TOKENS": "32768",
+        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(max_output_tokens),
+    }
+
+
 def run_claude_code(
     proxy_url: str,
     token: str,
@@ -200,20 +220,7 @@ def run_claude_code(
     """The pinned Claude Code in print mode in `workdir`, asked for one file, through the
     proxy with `token`; `bare`: with `--bare`, a one-line system prompt and only Bash;
     `extra_args`: further command-line options."""
-    env = {
-        "PATH": os.environ["PATH"],
-        "HOME": str(workdir / "home"),
-        "ANTHROPIC_BASE_URL": proxy_url,
-        "ANTHROPIC_AUTH_TOKEN": token,
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "DISABLE_TELEMETRY": "1",
-        "DISABLE_AUTOUPDATER": "1",
-        "DISABLE_ERROR_REPORTING": "1",
-        "CLAUDE_CODE_MAX_CONTEXT_TOKENS": "32768",
-        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "4096",
-        **(extra_env or {}),
-    }
-    (workdir / "home").mkdir(exist_ok=True)
+    env = {**claude_code_env(proxy_url, token, workdir), **(extra_env or {})}
     args = [
         str(claude_code()),
         "-p",

@@ -16,12 +16,12 @@ from __future__ import annotations
 import pytest
 
 from synth_pipelines.config import settings
-from synth_pipelines.contracts.interaction import Interaction
 from synth_pipelines.contracts.learning import QualifiedAttempt
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.evidence.reader import read_attempt_evidence
 from synth_pipelines.learning.datums import attempt_datums
 from synth_pipelines.storage.objectstore import open_object_store
+from tests.hand_packing import assert_packed_as, hand_datums
 from tests.live_services import (
     CLAUDE_FILE_SCRIPT,
     capture_proxy,
@@ -32,26 +32,6 @@ from tests.live_services import (
 
 ADVANTAGE = 0.75
 RUN, ATTEMPT, TRIAL = "r-pack", "r-pack.b0000.g0000.a000", "r-pack.b0000.g0000.a000.t0"
-
-
-def _expected(calls: list[Interaction]) -> list[dict[str, list]]:
-    """Datums by hand: tokens, and per position the target's weight and sampler logprob."""
-    datums: list[dict[str, list]] = []
-    for call in calls:
-        held = datums[-1]["tokens"] if datums else None
-        if held is None or call.prompt_tokens[: len(held)] != held:
-            datums.append({"tokens": [], "weights": [], "logprobs": []})
-            held = []
-        datum = datums[-1]
-        observed = call.prompt_tokens[len(held) :]
-        datum["tokens"] += observed + call.completion_tokens
-        datum["weights"] += [0.0] * len(observed) + [ADVANTAGE] * len(call.completion_tokens)
-        datum["logprobs"] += [0.0] * len(observed) + list(call.logprobs)
-    # A datum predicts each token from the ones before it: targets start at the second.
-    return [
-        {"tokens": d["tokens"], "weights": d["weights"][1:], "logprobs": d["logprobs"][1:]}
-        for d in datums
-    ]
 
 
 @pytest.mark.slow
@@ -84,18 +64,14 @@ def test_a_two_call_claude_code_attempt_trains_only_on_its_sampled_tokens(state,
         advantage=ADVANTAGE,
     )
     rows = attempt_datums(standing, calls)
-    expected = _expected(calls)
+    expected = hand_datums(calls, ADVANTAGE)
 
     # Claude Code's second request renders as the first prompt, the sampled tool call and
     # the tool's result: one datum, the tool result inside it as zero-weight context.
     assert len(expected) == 1
     assert len(rows) == len(expected)
     for row, hand in zip(rows, expected, strict=True):
-        assert row.model_input == hand["tokens"][:-1]
-        assert row.target_tokens == hand["tokens"][1:]
-        assert row.advantages == pytest.approx(hand["weights"])
-        assert row.mask == [1.0 if weight else 0.0 for weight in hand["weights"]]
-        assert row.logprobs == pytest.approx(hand["logprobs"], abs=1e-6)
+        assert_packed_as(row, hand)
     sampled = sum(len(call.completion_tokens) for call in calls)
     assert sum(1 for value in rows[0].advantages if value) == sampled
     # Every token of the datum is a captured prompt's or a sampled completion's.

@@ -11,7 +11,7 @@ exactly the teacher's completion tokens, packed as learning packs an attempt.
 
 from __future__ import annotations
 
-import os
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -35,7 +35,13 @@ from synth_pipelines.learning.demonstrations import (
 from synth_pipelines.storage.objectstore import open_object_store
 from synth_pipelines.tinker_local.names import QWEN3_LEARNER
 from tests.conftest import PROJECT_ROOT
-from tests.live_services import capture_proxy, claude_code, model_service, set_script
+from tests.live_services import (
+    capture_proxy,
+    claude_code,
+    claude_code_env,
+    model_service,
+    set_script,
+)
 
 TASK = PROJECT_ROOT / "datasets" / "learn" / "train" / "learn-p00-blue"
 RUN, ATTEMPT = "r-teach", "r-teach.b0000.g0000.a000"
@@ -123,20 +129,10 @@ def test_a_task_without_a_demonstration_for_the_harness_is_refused(tmp_path):
 
 
 def _claude(proxy_url: str, token: str, workdir: Path) -> subprocess.CompletedProcess:
-    env = {
-        "PATH": os.environ["PATH"],
-        "HOME": str(workdir / "home"),
-        "ANTHROPIC_BASE_URL": proxy_url,
-        "ANTHROPIC_AUTH_TOKEN": token,
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "DISABLE_TELEMETRY": "1",
-        "DISABLE_AUTOUPDATER": "1",
-        "CLAUDE_CODE_MAX_CONTEXT_TOKENS": "32768",
-        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "48",
-    }
-    (workdir / "home").mkdir(exist_ok=True)
-    profile = (PROJECT_ROOT / "profiles" / "claude-code-learner.json").read_text()
-    args = __import__("json").loads(profile)["args"]
+    """The learner profile's Claude Code (its switches and output limit) on the teacher."""
+    profile = json.loads((PROJECT_ROOT / "profiles" / "claude-code-learner.json").read_text())
+    args = profile["args"]
+    env = claude_code_env(proxy_url, token, workdir, max_output_tokens=48)
     return subprocess.run(
         [str(claude_code()), "-p", INSTRUCTION, "--model", TEACHER_MODEL, *args],
         cwd=workdir,
