@@ -31,6 +31,10 @@ def adam(learning_rate: float) -> tinker.AdamParams:
     )
 
 
+class AdapterRankError(ValueError):
+    """A train plan whose LoRA rank is not that of the checkpoint it continues."""
+
+
 @dataclass(frozen=True)
 class Gradients:
     """What the batch's forward_backward calls report once all are done."""
@@ -100,7 +104,16 @@ class Trainer:
                 future = await asyncio.to_thread(
                     self.service.create_training_client_from_state, binding.trainer_state
                 )
-            self.client = await future
+            client = await future
+            # A continued adapter keeps the rank it was made with, whatever the plan says; a
+            # plan naming another rank would record a recipe that did not run.
+            rank = client.get_info().lora_rank
+            if binding.trainer_state is not None and rank not in (None, self.plan.lora_rank):
+                raise AdapterRankError(
+                    f"the plan's lora_rank is {self.plan.lora_rank}, but {binding.trainer_state} "
+                    f"holds a rank-{rank} adapter; continue it with lora_rank {rank}"
+                )
+            self.client = client
         return self.client
 
     def loss_config(self) -> dict[str, float] | None:
