@@ -19,11 +19,12 @@ SEED=${SYNTH_DEMO_SEED:-0}
 HARNESS=builtin
 if [[ "${1:-}" == "--harness" ]]; then HARNESS=${2:?--harness takes builtin or claude-code}; fi
 case "$HARNESS" in
-  builtin) ACTOR=@profiles/learner.json; KEY=demo-learn-r7-s${SEED}; RANK=16 ;;
+  builtin) ACTOR=@profiles/learner.json; KEY=demo-learn-r7-s${SEED}; RANK=16; GRPO_LR=3e-4 ;;
   # Claude Code's first prompt is twice the built-in agent's (its Bash tool's schema): with the
   # plans' rank-16 adapter the warm start learned to read the word on neither seed in 64 steps,
-  # with rank 64 on both (docs/learning.md, "Claude Code as the actor").
-  claude-code) ACTOR=@profiles/claude-code-learner.json; KEY=demo-learn-cc5-s${SEED}; RANK=64 ;;
+  # with rank 64 on both; GRPO then needs lr 6e-4 to move more than the full-stop habit
+  # (docs/learning.md, "Claude Code as the actor").
+  claude-code) ACTOR=@profiles/claude-code-learner.json; KEY=demo-learn-cc6-s${SEED}; RANK=64; GRPO_LR=6e-4 ;;
   *) echo "error: --harness takes builtin or claude-code, not '$HARNESS'" >&2; exit 2 ;;
 esac
 
@@ -82,7 +83,8 @@ echo "   accepted $($SYNTH "${start_eval[@]}" --json | field 'd["run_id"]')"
 
 echo "== GRPO training batches from the warm start"
 trained=$($SYNTH train start --dataset synth/learn-train@v3 --actor "$ACTOR" \
-  --plan "$(with_seed plans/learn-train.json "{\"lora_rank\": $RANK}")" --model "$warm_checkpoint" \
+  --plan "$(with_seed plans/learn-train.json "{\"lora_rank\": $RANK, \"learning_rate\": $GRPO_LR}")" \
+  --model "$warm_checkpoint" \
   --idempotency-key "$KEY-grpo" --wait --json | field 'd["run_id"]')
 final_checkpoint=$($SYNTH run checkpoints "$trained" --json | field 'd[-1]["sampler_path"]')
 took "GRPO, with the start evaluation beside it"
