@@ -21,8 +21,6 @@ calls differ), followed by the teacher's completion up to the word.
 from __future__ import annotations
 
 import argparse
-import json
-import random
 import tempfile
 import time
 from pathlib import Path
@@ -32,10 +30,11 @@ from transformers import AutoTokenizer
 
 from proxy.server import model_registry
 from synth_pipelines.config import settings
+from synth_pipelines.contracts.plan import WarmStartPlan
 from synth_pipelines.control.database import engine_for
 from synth_pipelines.learning.captured_demonstrations import CapturedExample, captured_examples
 from synth_pipelines.learning.trainer import adam
-from synth_pipelines.learning.warm_start import example_datum
+from synth_pipelines.learning.warm_start import example_datum, step_choices
 from synth_pipelines.storage.objectstore import open_object_store
 from synth_pipelines.tinker_local.allocator import keep_freed_memory
 from synth_pipelines.tinker_local.app import create_app
@@ -83,28 +82,22 @@ def right_word(client: tinker.TrainingClient, probed: list[tuple[list[int], int]
 def warm_start(
     service: tinker.ServiceClient,
     per_attempt: list[list[CapturedExample]],
-    plan: dict,
+    plan: WarmStartPlan,
     rank: int,
-    seed: int,
     probe_every: int,
     probed: dict[str, list[tuple[list[int], int]]],
 ) -> list[tuple[int, float, float, float]]:
     """(step, P(right word) held out, on training tasks, seconds) at every probe."""
     client = service.create_lora_training_client(
-        base_model=QWEN3_LEARNER, rank=rank, seed=seed
+        base_model=QWEN3_LEARNER, rank=rank, seed=plan.seed
     ).result()
-    optimizer = adam(plan["learning_rate"])
-    rng, order, rows, started = random.Random(seed), [], [], time.monotonic()
-    for step in range(1, plan["steps"] + 1):
-        chosen = []
-        while len(chosen) < min(plan["demonstrations_per_step"], len(per_attempt)):
-            if not order:
-                order = rng.sample(range(len(per_attempt)), len(per_attempt))
-            chosen.append(order.pop())
+    optimizer = adam(plan.learning_rate)
+    rows, started = [], time.monotonic()
+    for step, chosen in enumerate(step_choices(len(per_attempt), plan), start=1):
         batch = [example_datum(e.tokens, e.weights) for i in chosen for e in per_attempt[i]]
         client.forward_backward(batch, "cross_entropy").result()
         client.optim_step(optimizer).result()
-        if step % probe_every == 0 or step == plan["steps"]:
+        if step % probe_every == 0 or step == plan.steps:
             held, train = right_word(client, probed["heldout"]), right_word(client, probed["train"])
             rows.append((step, held, train, time.monotonic() - started))
     return rows
@@ -128,11 +121,11 @@ def main() -> None:
     )
     tokenizer = AutoTokenizer.from_pretrained(qwen3_tokenizer_dir(), local_files_only=True)
     probed = probes(per_attempt[0][0], tokenizer)
-    plan = json.loads((ROOT / "plans/warm-start.json").read_text())
+    plan = WarmStartPlan.model_validate_json((ROOT / "plans/warm-start.json").read_text())
     ranks = [int(r) for r in args.ranks.split(",")]
     print(
-        f"warm start on {len(per_attempt)} captured attempts: {plan['steps']} steps of "
-        f"{plan['demonstrations_per_step']}, lr {plan['learning_rate']}; mean P(right word) "
+        f"warm start on {len(per_attempt)} captured attempts: {plan.steps} steps of "
+        f"{plan.demonstrations_per_step}, lr {plan.learning_rate}; mean P(right word) "
         f"over {len(probed['heldout'])} held-out and {len(probed['train'])} training instructions"
     )
     print("seed  rank  step  held-out  train  seconds  held-out / rank " + str(ranks[0]))
@@ -144,7 +137,12 @@ def main() -> None:
                 baseline: dict[int, float] = {}
                 for rank in ranks:
                     for step, held, train, seconds in warm_start(
-                        service, per_attempt, plan, rank, seed, args.probe_every, probed
+                        service,
+                        per_attempt,
+                        plan.model_copy(update={"seed": seed}),
+                        rank,
+                        args.probe_every,
+                        probed,
                     ):
                         if rank == ranks[0]:
                             baseline[step] = held

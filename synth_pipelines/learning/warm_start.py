@@ -9,7 +9,7 @@ starts over from the same model, so no update is ever counted twice.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -87,6 +87,19 @@ def demonstration_datums(
     ]
 
 
+def step_choices(examples: int, plan: WarmStartPlan) -> Iterator[list[int]]:
+    """The examples each step learns: passes over all of them, each in a seeded order."""
+    rng = random.Random(plan.seed)
+    order: list[int] = []
+    for _ in range(plan.steps):
+        chosen = []
+        while len(chosen) < min(plan.demonstrations_per_step, examples):
+            if not order:
+                order = rng.sample(range(examples), examples)
+            chosen.append(order.pop())
+        yield chosen
+
+
 def warm_start(
     engine: Engine,
     store: ObjectStore,
@@ -109,15 +122,8 @@ def warm_start(
     else:
         client = service.create_training_client_from_state(binding.trainer_state).result()
     optimizer = adam(plan.learning_rate)
-    rng = random.Random(plan.seed)
-    order: list[int] = []
     losses = []
-    for step in range(plan.steps):
-        chosen = []
-        while len(chosen) < min(plan.demonstrations_per_step, len(per_task)):
-            if not order:
-                order = rng.sample(range(len(per_task)), len(per_task))
-            chosen.append(order.pop())
+    for step, chosen in enumerate(step_choices(len(per_task), plan)):
         batch = [datum for i in chosen for datum in per_task[i]]
         learned = client.forward_backward(batch, "cross_entropy")
         stepped = client.optim_step(optimizer)
