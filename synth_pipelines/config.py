@@ -66,6 +66,24 @@ class Settings(BaseSettings):
         "it serves every seeded model either way.",
     )
     model_registry: Path | None = None
+    image_cache_dir: Path | None = Field(
+        default=None,
+        description="Where the local image builder keeps bases and layers (default: "
+        "`images` in the state directory); several state directories may share one.",
+    )
+    image_cache_mb: int = Field(
+        default=30000,
+        ge=0,
+        description="The layer store's bound: least recently used layers no sandbox holds "
+        "are pruned past it after each build.",
+    )
+    image_step_timeout_sec: float = Field(
+        default=1800, gt=0, description="The longest one Dockerfile step may run."
+    )
+    debian_mirror: str = Field(
+        default="http://deb.debian.org/debian",
+        description="The Debian archive the image builder makes bases from (mmdebstrap).",
+    )
     proxy_publish_interval_sec: float = 1.0
     owner: str = "local"
 
@@ -115,6 +133,11 @@ class Settings(BaseSettings):
     def work_dir(self) -> Path:
         """Scratch space for trial directories and sandboxes; never authoritative."""
         return self.state_dir / "work"
+
+    @property
+    def images_dir(self) -> Path:
+        """Bases and layers of the local image builder (`sandbox/image_build.py`)."""
+        return (self.image_cache_dir or self.state_dir / "images").resolve()
 
     @property
     def sandboxes_dir(self) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -17,6 +18,9 @@ pytest_plugins = ["tests.production_services"]
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_DATASET = PROJECT_ROOT / "datasets" / "sample"
+# Every test's state directory is its own, but the images built from task Dockerfiles
+# are a cache shared by the whole suite and kept between runs: a base takes a minute.
+os.environ.setdefault("SYNTH_IMAGE_CACHE_DIR", str(PROJECT_ROOT / ".synth" / "images"))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -107,13 +107,20 @@ def sandbox_cgroups(name: str) -> list[Path]:
     ]
 
 
-def run_trial(task: Path, trials_dir: Path, agent: str, **config) -> TrialResult:
-    """A Harbor trial on the sandbox, as the platform runs one (`runtime/harbor_trials.py`)."""
+def run_trial(
+    task: Path,
+    trials_dir: Path,
+    agent: str,
+    environment: EnvironmentConfig | None = None,
+    **config,
+) -> TrialResult:
+    """A Harbor trial on the sandbox (or `environment`), as the platform runs one
+    (`runtime/harbor_trials.py`)."""
     trial_config = TrialConfig(
         task=TaskConfig(path=task),
         trials_dir=trials_dir,
         agent=AgentConfig(name=agent),
-        environment=EnvironmentConfig(import_path=IMPORT_PATH),
+        environment=environment or EnvironmentConfig(import_path=IMPORT_PATH),
         **config,
     )
 

@@ -19,11 +19,13 @@ def state_dir(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     ("instruction", "reason"),
     [
-        ("RUN pip install pytest", "RUN needs an image build"),
-        ("USER agent", "USER needs an image build"),
+        (
+            "RUN --mount=type=cache,target=/root/.cache pip install pytest",
+            "RUN --mount needs a container engine's build",
+        ),
         ("FROM alpine AS second", "multi-stage builds"),
         ("ADD https://example.com/x.tar.gz /app/", "remote sources"),
-        ("COPY --from=builder /out /app/", "--from needs an image build"),
+        ("COPY --from=builder /out /app/", "--from needs a container engine's build"),
         ("COPY seed.txt /usr/local/seed.txt", "/usr, which the sandbox takes read-only"),
     ],
 )

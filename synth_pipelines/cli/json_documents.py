@@ -329,6 +329,50 @@ class TeacherScript(Document):
     entries: int
 
 
+class ImageBaseDocument(Document):
+    key: str
+    names: list[str]
+    size_bytes: int
+    path: str
+
+
+class ImageLayerDocument(Document):
+    key: str
+    parent: str | None
+    description: str
+    size_bytes: int
+    built_at: str
+    last_used: str
+    in_use: bool
+
+
+class ImageCacheDocument(Document):
+    root: str
+    bound_bytes: int
+    layer_bytes: int
+    base_bytes: int
+    bases: list[ImageBaseDocument]
+    layers: list[ImageLayerDocument]
+
+
+class ImageBuildDocument(Document):
+    task: str
+    base: str
+    image: str
+    layers: int
+    built: int
+    cached: int
+    size_bytes: int
+    seconds: float
+
+
+class ImagePruneDocument(Document):
+    keep_bytes: int
+    removed: list[ImageLayerDocument]
+    freed_bytes: int
+    layer_bytes: int
+
+
 DOCUMENTS: dict[str, Any] = {
     "error": ErrorDocument,
     "dataset publish": PublishedDataset,
@@ -355,6 +399,9 @@ DOCUMENTS: dict[str, Any] = {
     "up": list[ServiceStarted],
     "down": list[ServiceStopped],
     "proxy token": TokenDocument,
+    "image list": ImageCacheDocument,
+    "image build": list[ImageBuildDocument],
+    "image prune": ImagePruneDocument,
 }
 
 

@@ -7,6 +7,7 @@ import typer
 from synth_pipelines.cli.agents import agent_app, claude
 from synth_pipelines.cli.command_group import SynthGroup
 from synth_pipelines.cli.datasets import dataset_app
+from synth_pipelines.cli.images import image_app
 from synth_pipelines.cli.model import model_app
 from synth_pipelines.cli.profiles import profile_app
 from synth_pipelines.cli.proxy import proxy_app
@@ -34,4 +35,5 @@ app.command(
 )(claude)
 app.add_typer(profile_app, name="profile")
 app.add_typer(proxy_app, name="proxy")
+app.add_typer(image_app, name="image")
 app.registered_commands.extend(services_app.registered_commands)

@@ -24,6 +24,7 @@ from synth_pipelines.contracts.plan import ExecutionSettings
 from synth_pipelines.contracts.profile import PinnedProfile, Profile
 from synth_pipelines.contracts.trial import TrialOutcome
 from synth_pipelines.judging.verifier import IMPORT_PATH as JUDGE_VERIFIER
+from synth_pipelines.runtime.docker_environment import IMPORT_PATH as DOCKER_ENVIRONMENT
 from synth_pipelines.runtime.outcome_classes import classify
 from synth_pipelines.runtime.trial_records import archive_trial, directory_digest, read_rationale
 from synth_pipelines.sandbox.verification import isolate_verification
@@ -71,6 +72,8 @@ def environment_config(settings: ExecutionSettings, *profiles: Profile) -> Envir
         }
         if found:
             kwargs["read_only_binds"] = [mount.as_bind() for mount in found.values()]
+    elif choice.provider == "docker":
+        location = {"import_path": DOCKER_ENVIRONMENT}
     elif ":" in choice.provider:
         location = {"import_path": choice.provider}
     else:

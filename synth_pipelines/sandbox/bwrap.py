@@ -4,6 +4,12 @@ Harbor loads it by import path, for agent and separate-verifier environments ali
 `EnvironmentConfig(import_path="synth_pipelines.sandbox.bwrap:BwrapEnvironment")`,
 or `--env synth_pipelines.sandbox.bwrap:BwrapEnvironment` on Harbor's CLI. What it
 isolates and how is written up in docs/sandbox.md.
+
+Two modes, chosen by the task's Dockerfile (`dockerfile.py`): without RUN or USER
+steps, the host's read-only system stands in for the base image and the task's files
+are laid down in writable host directories; with them, the image is built into cached
+layers (`image_build.py`) and the sandbox's root is an overlay of those layers with a
+fresh writable layer of its own, discarded at teardown.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from pydantic import Field
 
 from synth_pipelines.config import settings
 from synth_pipelines.sandbox.attach import attach
+from synth_pipelines.sandbox.bases import BASE_ENV, resolve_base
 from synth_pipelines.sandbox.commands import CommandTimedOut, Process, run_to_completion
 from synth_pipelines.sandbox.dockerfile import DockerfileRecipe, read_dockerfile
 from synth_pipelines.sandbox.errors import (
@@ -65,7 +72,10 @@ from synth_pipelines.sandbox.filesystem import (
     top_level,
     writable_top,
 )
-from synth_pipelines.sandbox.leases import SandboxLease, reclaim_orphans
+from synth_pipelines.sandbox.image_build import Image, ImageBuilder
+from synth_pipelines.sandbox.image_root import image_bwrap_arguments, make_directory, make_file
+from synth_pipelines.sandbox.layers import Held
+from synth_pipelines.sandbox.leases import SandboxLease, image_root, reclaim_orphans
 from synth_pipelines.sandbox.limits import (
     INIT_LEAF,
     ResourceLimits,
@@ -73,6 +83,7 @@ from synth_pipelines.sandbox.limits import (
     detect_hierarchy,
 )
 from synth_pipelines.sandbox.namespace import SYSTEM_PATH, TERMINATE_DEADLINE_SEC, SandboxInit
+from synth_pipelines.sandbox.overlay import mount_overlay, unmount
 from synth_pipelines.sandbox.quarantine import quarantine
 from synth_pipelines.sandbox.route import RouteTarget, SandboxRoute
 from synth_pipelines.sandbox.seccomp import filter_program
@@ -88,6 +99,13 @@ INSTALLED_AGENT_DIR = PurePosixPath("/installed-agent")
 TMP_DIR = PurePosixPath("/tmp")
 TRANSFER_TIMEOUT_SEC = 600
 KILLED_BY_SIGKILL = 128 + signal.SIGKILL
+# What root on an image may do beyond a plain user: act on any file of the sandbox
+# (an image's files keep the owners its archives had, e.g. a project's sdist made by
+# uid 501, and Docker's root may edit them). In the sandbox's user namespace these
+# reach only inodes whose owners it maps, never a host file; no capability to mount,
+# change users, signal or administer anything is given. CAP_CHOWN, CAP_DAC_OVERRIDE,
+# CAP_DAC_READ_SEARCH, CAP_FOWNER, CAP_FSETID.
+IMAGE_ROOT_CAPABILITIES = (0, 1, 2, 3, 4)
 
 logger = logging.getLogger(__name__)
 
@@ -141,6 +159,9 @@ class BwrapEnvironment(BaseEnvironment):
         self._routes: list[SandboxRoute] = []
         self._storage: SizedFilesystem | None = None
         self._lease: SandboxLease | None = None
+        self._image: Image | None = None
+        self._held: Held | None = None
+        self._identities: dict[str, tuple[int, int, str]] = {}
         self._exec_numbers = itertools.count(1)
         super().__init__(*args, **kwargs)
         name = f"{re.sub(r'[^A-Za-z0-9._-]', '_', self.session_id)}-{secrets.token_hex(4)}"
@@ -175,6 +196,11 @@ class BwrapEnvironment(BaseEnvironment):
         return self._recipe
 
     @property
+    def image(self) -> Image | None:
+        """The image the sandbox runs on, once started on one."""
+        return self._image
+
+    @property
     def limits(self) -> ResourceLimits:
         options = self.options if isinstance(self.options, BwrapOptions) else BwrapOptions()
         return ResourceLimits(
@@ -198,6 +224,16 @@ class BwrapEnvironment(BaseEnvironment):
                 )
             require_agent_environment_definition(self.environment_dir)
         recipe = read_dockerfile(dockerfile, task=task, base_env={"PATH": SYSTEM_PATH})
+        if recipe.needs_build:
+            resolve_base(recipe.base_image, task=task)
+            recipe = read_dockerfile(dockerfile, task=task, base_env=BASE_ENV)
+            for step in recipe.copies:
+                try:
+                    resolve_sources(step, self.environment_dir)
+                except (FileNotFoundError, PermissionError) as error:
+                    raise TaskDefinitionError(task, str(error)) from None
+            self._recipe = recipe
+            return
         for workdir in recipe.workdirs:
             writable_top(workdir, task=task, why="WORKDIR")
         for step in recipe.copies:
@@ -213,6 +249,9 @@ class BwrapEnvironment(BaseEnvironment):
         self._recipe = recipe
 
     def _writable_tops(self) -> set[str]:
+        if self.recipe.needs_build:
+            # The image's root is writable as a whole: its own upper layer.
+            return set()
         paths = EnvironmentPaths.for_os(self.os)
         fixed = [
             paths.logs_dir,
@@ -260,6 +299,9 @@ class BwrapEnvironment(BaseEnvironment):
     async def start(self, force_build: bool) -> None:
         self._log_unenforced_requests()
         await asyncio.to_thread(_reclaim_orphans_once, self.sandbox_dir.parent)
+        if self.recipe.needs_build:
+            await self._start_on_image()
+            return
         try:
             await asyncio.to_thread(self._lay_down)
             procs_files = await asyncio.to_thread(self._create_cgroup)
@@ -274,7 +316,87 @@ class BwrapEnvironment(BaseEnvironment):
             await asyncio.shield(self.stop(delete=True))
             raise
 
-    def _lay_down(self) -> None:
+    async def _start_on_image(self) -> None:
+        """Build (or find) the image, then run the sandbox on its layers with a writable
+        layer of its own on the sandbox's storage."""
+        builder = ImageBuilder.configured(
+            settings(), progress=lambda line: self.logger.debug("image build: %s", line)
+        )
+        image = await builder.build(self.recipe, self.environment_dir, task=self.environment_name)
+        if builder.built:
+            self.logger.info(
+                "Built %d layer(s) of the image of %s (%d cached)",
+                builder.built,
+                self.environment_name,
+                builder.cached,
+            )
+        try:
+            self._held = await asyncio.to_thread(builder.store.hold, list(image.layers))
+            self._image = image
+            root_fd = await asyncio.to_thread(self._mount_image, builder.store.root)
+            try:
+                procs_files = await asyncio.to_thread(self._create_cgroup)
+                self._init = await SandboxInit.launch(
+                    image_bwrap_arguments(root_fd),
+                    procs_files,
+                    filter_program(),
+                    pass_fds=(root_fd,),
+                )
+            finally:
+                os.close(root_fd)
+            binds = [(bind.source, bind.target, bind.read_only) for bind in self._filesystem.binds]
+            await asyncio.to_thread(attach, self._init.pidfd, self._init.root_fd, binds)
+            await self.ensure_dirs(self._mount_targets(writable_only=True))
+            if not self._enable_environment_dir_upload:
+                await self.upload_dir(
+                    self.environment_dir, str(EnvironmentPaths.for_os(self.os).tests_dir)
+                )
+        except BaseException:
+            await asyncio.shield(self.stop(delete=True))
+            raise
+
+    def _mount_image(self, store_root: Path) -> int:
+        """Mount the image's layers with a fresh upper on `<sandbox>/root`, make the
+        Harbor directories and bind mountpoints in it; an O_PATH descriptor of it."""
+        assert self._image is not None
+        self._take_lease_and_storage()
+        writable = self._filesystem.writable_root
+        upper, work = writable / "upper", writable / "work"
+        upper.mkdir(parents=True, exist_ok=True)
+        os.chown(upper, host_id(0), host_id(0))
+        upper.chmod(0o755)
+        root = mount_overlay(
+            image_root(self.sandbox_dir).name,
+            [layer.diff for layer in self._image.layers],
+            upper,
+            work,
+            relative_to=store_root,
+        )
+        root_fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            paths = EnvironmentPaths.for_os(self.os)
+            for directory in (
+                paths.logs_dir,
+                paths.tests_dir,
+                paths.solution_dir,
+                INSTALLED_AGENT_DIR,
+                ROOT_HOME,
+            ):
+                make_directory(root_fd, PurePosixPath(directory))
+            for bind in self._filesystem.binds:
+                if not bind.read_only:
+                    bind.source.mkdir(parents=True, exist_ok=True)
+                    os.chown(bind.source, host_id(0), host_id(0))
+                if bind.source.is_dir():
+                    make_directory(root_fd, bind.target)
+                else:
+                    make_file(root_fd, bind.target)
+        except BaseException:
+            os.close(root_fd)
+            raise
+        return root_fd
+
+    def _take_lease_and_storage(self) -> None:
         self._lease = SandboxLease.take(self.sandbox_dir)
         storage_mb = self._effective_storage_mb
         if storage_mb and can_mount_sized_filesystem():
@@ -282,6 +404,9 @@ class BwrapEnvironment(BaseEnvironment):
                 self._filesystem.writable_root, self.sandbox_dir / IMAGE_NAME, storage_mb
             )
             self._storage.mount()
+
+    def _lay_down(self) -> None:
+        self._take_lease_and_storage()
         self._filesystem.create()
         self._filesystem.lay_down(self.recipe, self.environment_dir)
         if not self._enable_environment_dir_upload:
@@ -352,6 +477,11 @@ class BwrapEnvironment(BaseEnvironment):
             self._init = None
         if cgroup is not None and not problems:
             problems += await _attempted(cgroup.remove)
+        if self._image is not None:
+            problems += await _attempted(lambda: unmount(image_root(self.sandbox_dir)))
+        if self._held is not None:
+            self._held.release()
+            self._held = None
         if self._storage is not None:
             storage, self._storage = self._storage, None
             release = storage.unmount if delete else storage.unmount_keeping_files
@@ -412,7 +542,13 @@ class BwrapEnvironment(BaseEnvironment):
     ) -> ExecResult:
         """`exec`, optionally with stdin and stdout connected to host files."""
         init = self._running_init()
-        uid, gid, home = _identity(self._resolve_user(user))
+        resolved = self._resolve_user(user)
+        if self._image is None:
+            uid, gid, home = _identity(resolved)
+        else:
+            uid, gid, home = await self._image_identity(
+                resolved if resolved is not None else self._image.user
+            )
         workdir = effective_exec_cwd(
             cwd,
             self.task_env_config.workdir,
@@ -435,6 +571,7 @@ class BwrapEnvironment(BaseEnvironment):
             gid=gid,
             procs_files=procs_files,
             seccomp=filter_program(),
+            capabilities=IMAGE_ROOT_CAPABILITIES if self._image is not None and uid == 0 else (),
         )
 
         async def kill(process: Process) -> None:
@@ -481,6 +618,33 @@ class BwrapEnvironment(BaseEnvironment):
             stderr=stderr or None,
             return_code=completed.return_code,
         )
+
+    async def _image_identity(self, user: str | int | None) -> tuple[int, int, str]:
+        """uid, gid and HOME of a user of the image, looked up in its own /etc/passwd
+        (inside the sandbox, never through the host's view of its files)."""
+        if user is None or user in ("root", 0, "0"):
+            return 0, 0, str(ROOT_HOME)
+        name = str(user)
+        if name not in self._identities:
+            found = await self._run_inside(f"getent passwd {shlex.quote(name)}", user="root")
+            fields = (found.stdout or "").strip().split(":")
+            if found.return_code == 0 and len(fields) >= 6:
+                identity = (int(fields[2]), int(fields[3]), fields[5] or str(TMP_DIR))
+            elif name.isdigit():
+                identity = (int(name), int(name), str(TMP_DIR))
+            else:
+                raise SandboxUserError(
+                    f"user {name!r} is not defined in the image's /etc/passwd; use root, a "
+                    "numeric uid, or create the user with a RUN step (useradd)"
+                )
+            for inside in identity[:2]:
+                host_id(inside)
+            if identity[0] == SETUP_ID:
+                raise SandboxUserError(
+                    f"uid {SETUP_ID} is the sandbox's own (its init runs as it); use another uid"
+                )
+            self._identities[name] = identity
+        return self._identities[name]
 
     def _running_init(self) -> SandboxInit:
         if self._init is None or not self._init.running:

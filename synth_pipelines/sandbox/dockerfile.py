@@ -1,13 +1,14 @@
-"""The Dockerfile subset the local sandbox can reproduce without building an image.
+"""The Dockerfile subset the local sandbox reproduces, with or without an image build.
 
-The host's read-only system stands in for the base image, so only instructions
-that lay files down or set metadata can be honoured exactly: `FROM` (recorded),
-`WORKDIR`, `COPY`/`ADD` of files from the build context, `ENV`, and the
-instructions that change nothing inside a running container (`ARG`, `LABEL`,
-`MAINTAINER`, `EXPOSE`). Everything else (`RUN`, `USER`, multi-stage builds,
-remote `ADD`, ...) would build something the host does not have, so the task is
-refused with the instruction and line that needs a real image build. A Dockerfile
-that passes here builds the same workspace under Docker.
+A Dockerfile of only `FROM`, `WORKDIR`, `COPY`/`ADD` of build-context files and
+`ENV` (plus what changes nothing in a running container: `ARG`, `LABEL`,
+`MAINTAINER`, `EXPOSE`, `CMD`, `ENTRYPOINT`, ...) needs no image: the host's
+read-only system stands in for the base and the files are laid down in the
+sandbox's writable directories. One with `RUN` or `USER` steps is built as an image
+(`image_build.py`) from a base the builder can make offline (`bases.py`), step by
+step in the order written (`recipe.steps`). Either way, what no builder here can do
+(multi-stage builds, `COPY --from`, remote `ADD`, `RUN --mount`) is refused with the
+instruction and line that needs a container engine's build.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import io
 import json
 import posixpath
+import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -23,7 +25,24 @@ from dockerfile_parse import DockerfileParser
 
 from synth_pipelines.sandbox.errors import UnsupportedTaskError
 
-IGNORED_INSTRUCTIONS = frozenset({"COMMENT", "ARG", "LABEL", "MAINTAINER", "EXPOSE"})
+# What changes nothing in the files or the environment a command sees: a trial runs
+# its own commands, never the image's entrypoint, and keeps no volumes.
+IGNORED_INSTRUCTIONS = frozenset(
+    {
+        "COMMENT",
+        "ARG",
+        "LABEL",
+        "MAINTAINER",
+        "EXPOSE",
+        "CMD",
+        "ENTRYPOINT",
+        "VOLUME",
+        "STOPSIGNAL",
+        "HEALTHCHECK",
+        "SHELL",
+        "ONBUILD",
+    }
+)
 REMOTE_SOURCE_MARKERS = ("://", "git@")
 
 
@@ -38,6 +57,35 @@ class CopyStep:
     chmod: int | None
     chown: str | None
     line: int
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class RunStep:
+    """One `RUN`: a shell command and the environment it runs with (the base's,
+    every `ENV` and `ARG` before it)."""
+
+    command: str
+    env: dict[str, str]
+    line: int
+    text: str
+
+
+@dataclass(frozen=True)
+class WorkdirStep:
+    path: PurePosixPath
+    line: int
+    text: str
+
+
+@dataclass(frozen=True)
+class UserStep:
+    user: str
+    line: int
+    text: str
+
+
+Step = RunStep | CopyStep | WorkdirStep | UserStep
 
 
 @dataclass(frozen=True)
@@ -47,6 +95,13 @@ class DockerfileRecipe:
     workdirs: tuple[PurePosixPath, ...]
     env: dict[str, str]
     copies: tuple[CopyStep, ...]
+    steps: tuple[Step, ...] = ()
+    user: str | None = None
+
+    @property
+    def needs_build(self) -> bool:
+        """Whether only an image build reproduces it: a RUN or USER step."""
+        return any(isinstance(step, RunStep | UserStep) for step in self.steps)
 
 
 @dataclass(frozen=True)
@@ -85,17 +140,20 @@ def read_dockerfile(
         )
         for item in parser.structure
     ]
+    contexts = parser.context_structure
     base_image: str | None = None
     workdir: PurePosixPath | None = None
+    user: str | None = None
     workdirs: list[PurePosixPath] = []
     copies: list[CopyStep] = []
-    for instruction in instructions:
+    steps: list[Step] = []
+    for index, instruction in enumerate(instructions):
         refuse = _refusal(task, where, instruction)
         if instruction.name in IGNORED_INSTRUCTIONS or instruction.name == "ENV":
             continue
         if instruction.name == "FROM":
             if base_image is not None:
-                raise refuse("multi-stage builds need an image build")
+                raise refuse("multi-stage builds need a container engine's build")
             base_image = _from_image(instruction.value)
         elif base_image is None:
             raise refuse("instructions before FROM are not a valid Dockerfile")
@@ -103,11 +161,22 @@ def read_dockerfile(
             _refuse_substitution(instruction, refuse)
             workdir = _absolute(workdir, instruction.value.strip())
             workdirs.append(workdir)
+            steps.append(WorkdirStep(workdir, instruction.line, instruction.text))
         elif instruction.name in ("COPY", "ADD"):
             _refuse_substitution(instruction, refuse)
-            copies.append(_copy_step(instruction, workdir, refuse))
+            copy = _copy_step(instruction, workdir, refuse)
+            copies.append(copy)
+            steps.append(copy)
+        elif instruction.name == "RUN":
+            context = contexts[index]
+            env = {**base_env, **context.args, **context.envs}
+            steps.append(_run_step(instruction, env, refuse))
+        elif instruction.name == "USER":
+            _refuse_substitution(instruction, refuse)
+            user = instruction.value.strip()
+            steps.append(UserStep(user, instruction.line, instruction.text))
         else:
-            raise refuse(f"{instruction.name} needs an image build")
+            raise refuse(f"{instruction.name} needs a container engine's build")
     if base_image is None:
         raise UnsupportedTaskError(task, f"{where} has no FROM instruction")
     return DockerfileRecipe(
@@ -116,6 +185,8 @@ def read_dockerfile(
         workdirs=tuple(workdirs),
         env={**base_env, **parser.envs},
         copies=tuple(copies),
+        steps=tuple(steps),
+        user=user,
     )
 
 
@@ -157,7 +228,22 @@ def _refusal(task: str, where: str, instruction: _Instruction) -> Refuse:
 
 def _refuse_substitution(instruction: _Instruction, refuse: Refuse) -> None:
     if "$" in instruction.value:
-        raise refuse("variable substitution in WORKDIR/COPY/ADD is not supported")
+        raise refuse("variable substitution in WORKDIR/COPY/ADD/USER is not supported")
+
+
+def _run_step(instruction: _Instruction, env: dict[str, str], refuse: Refuse) -> RunStep:
+    value = instruction.value.strip()
+    if value.startswith("--"):
+        flag = value.split()[0].partition("=")[0]
+        raise refuse(f"RUN {flag} needs a container engine's build")
+    if value.startswith("["):
+        try:
+            command = shlex.join(json.loads(value))
+        except (ValueError, TypeError):
+            raise refuse("RUN's exec form must be a JSON list of strings") from None
+    else:
+        command = value
+    return RunStep(command=command, env=env, line=instruction.line, text=instruction.text)
 
 
 def _from_image(value: str) -> str:
@@ -178,7 +264,7 @@ def _copy_step(
     arguments = json.loads(rest) if rest.startswith("[") else rest.split()
     unsupported = set(flags) - {"chmod", "chown", "link"}
     if unsupported:
-        raise refuse(f"--{sorted(unsupported)[0]} needs an image build")
+        raise refuse(f"--{sorted(unsupported)[0]} needs a container engine's build")
     if len(arguments) < 2:
         raise refuse("COPY/ADD needs at least one source and a destination")
     *sources, destination = arguments
@@ -195,6 +281,7 @@ def _copy_step(
         chmod=int(chmod, 8) if chmod is not None else None,
         chown=flags.get("chown"),
         line=instruction.line,
+        text=instruction.text,
     )
 
 

@@ -64,3 +64,8 @@ class SandboxStorageError(RuntimeError):
 class SandboxCleanupError(RuntimeError):
     """Part of a stopped sandbox could not be removed (a process that survives SIGKILL,
     a cgroup that stays busy); the sandbox is quarantined instead (`quarantine.py`)."""
+
+
+class ImageBuildError(RuntimeError):
+    """A step of the task's Dockerfile failed while its image was built; the message
+    names the task, the step's line and its last output."""

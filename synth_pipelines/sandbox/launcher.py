@@ -26,7 +26,11 @@ can kill its group), with only its stdio and the init's two descriptors open:
 3. It takes the command's identity (no supplementary groups unless given), drops every
    capability (bounding, ambient, effective, permitted, inheritable), sets
    no_new_privs, installs the seccomp filter, changes to the working directory and
-   executes `/bin/bash -c COMMAND` with exactly the given environment.
+   executes `/bin/bash -c COMMAND` with exactly the given environment. Root on an
+   image keeps the few capabilities given (`capabilities`: those over files, which
+   in a user namespace reach only the sandbox's own). An image
+   build's step (`build_step`) keeps root's capabilities in the sandbox's user
+   namespace and runs unfiltered, in the host's network namespace.
 
 This is what `nsenter`, `setpriv` and `env -i` did before, plus the part none of them
 can do: install the sandbox's seccomp filter. A filter bubblewrap installs covers only
@@ -96,17 +100,26 @@ def _checked(result: int, what: str) -> None:
         raise OSError(error, f"{what}: {os.strerror(error)}")
 
 
-def _drop_bounding_set(libc: ctypes.CDLL, last_capability: int) -> None:
-    """Empty the bounding set, so that no later exec (of root, or of a file with
-    capabilities) can grant one; needs CAP_SETPCAP, so it runs before the uid changes."""
+def _drop_bounding_set(libc: ctypes.CDLL, last_capability: int, keep: frozenset[int]) -> None:
+    """Empty the bounding set but `keep`, so that no later exec (of root, or of a file
+    with capabilities) can grant another; needs CAP_SETPCAP, so it runs before the uid
+    changes."""
     for capability in range(last_capability + 1):
-        _checked(libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0), "drop the bounding set")
+        if capability not in keep:
+            _checked(libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0), "drop the bounding set")
 
 
-def _clear_capabilities(libc: ctypes.CDLL) -> None:
+def _clear_capabilities(libc: ctypes.CDLL, keep: frozenset[int]) -> None:
+    """Leave only `keep` effective and permitted (none inheritable, none ambient); an
+    exec by root then holds exactly those, an exec by any other id none."""
     _checked(libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient caps")
     header = _CapabilityHeader(CAPABILITY_VERSION_3, 0)
-    _checked(libc.capset(ctypes.byref(header), (_CapabilityData * 2)()), "clear capabilities")
+    data = (_CapabilityData * 2)()
+    for capability in keep:
+        word, bit = divmod(capability, 32)
+        data[word].effective |= 1 << bit
+        data[word].permitted |= 1 << bit
+    _checked(libc.capset(ctypes.byref(header), data), "set capabilities")
 
 
 def _install_filter(libc: ctypes.CDLL, program: bytes) -> None:
@@ -134,16 +147,26 @@ def _become_command(host: _Host, spec: dict) -> None:
     for procs in spec["cgroup_procs"]:
         with open(procs, "w") as joined:
             joined.write("0")
-    os.setns(host.pidfd, NAMESPACES)
+    # An image build's sandbox shares the host's network namespace, which a process
+    # entering the sandbox's user namespace may not join (nor needs to).
+    os.setns(host.pidfd, NAMESPACES if not spec["build_step"] else NAMESPACES & ~os.CLONE_NEWNET)
     os.fchdir(host.root_fd)
     os.chroot(".")
     os.close(host.pidfd)
     os.close(host.root_fd)
     os.setgroups(spec["groups"])
     os.setresgid(spec["gid"], spec["gid"], spec["gid"])
-    _drop_bounding_set(libc, host.last_capability)
+    if spec["build_step"]:
+        # An image's RUN step is the task author's published code, run as root of the
+        # sandbox's user namespace with that namespace's capabilities (apt changes
+        # users and groups, chowns, chroots); no host id is mapped, so none of it
+        # reaches beyond the sandbox's own files. See docs/sandbox.md.
+        os.setresuid(spec["uid"], spec["uid"], spec["uid"])
+        return
+    keep = frozenset(spec["capabilities"])
+    _drop_bounding_set(libc, host.last_capability, keep)
     os.setresuid(spec["uid"], spec["uid"], spec["uid"])
-    _clear_capabilities(libc)
+    _clear_capabilities(libc, keep)
     _install_filter(libc, spec["seccomp"])
 
 

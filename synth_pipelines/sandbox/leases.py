@@ -2,10 +2,11 @@
 
 A process killed outright (SIGKILL, the OOM killer) cannot stop its sandboxes. Their
 processes die with it (the init's parent-death signal), but their host state stays: the
-cgroup, the size-limited filesystem still mounted on the host through a loop device, and
-the files. So the process that starts a sandbox holds an exclusive `flock` on
-`<sandbox>/lease` until it stops it. The kernel drops that lock when the process dies,
-however it dies, and a reused pid cannot pass for the owner, as it could in a pid file.
+cgroup, the size-limited filesystem still mounted on the host through a loop device, the
+overlay of an image's layers, and the files. So the process that starts a sandbox holds
+an exclusive `flock` on `<sandbox>/lease` until it stops it. The kernel drops that lock
+when the process dies, however it dies, and a reused pid cannot pass for the owner, as
+it could in a pid file.
 
 `reclaim_orphans` takes the lease of every sandbox whose owner is gone, kills what may
 still run in its cgroup and removes it (depth first), and unmounts its filesystem,
@@ -27,10 +28,17 @@ from pathlib import Path
 from synth_pipelines.sandbox.errors import SandboxCleanupError, SandboxStorageError
 from synth_pipelines.sandbox.filesystem import SandboxFilesystem
 from synth_pipelines.sandbox.limits import CgroupHierarchy, SandboxCgroup
+from synth_pipelines.sandbox.overlay import mount_point, unmount
 from synth_pipelines.sandbox.quarantine import quarantine
 from synth_pipelines.sandbox.storage import IMAGE_NAME, SizedFilesystem
 
 LEASE_NAME = "lease"
+
+
+def image_root(sandbox_dir: Path) -> Path:
+    """Where the sandbox of `sandbox_dir`, when on an image, has its overlay root."""
+    return mount_point(f"sandbox-{sandbox_dir.name}")
+
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +119,10 @@ def _reclaim_if_orphaned(sandbox_dir: Path, hierarchy: CgroupHierarchy | None) -
                 cgroup.remove()
             except SandboxCleanupError as error:
                 problems.append(str(error))
+        try:
+            unmount(image_root(sandbox_dir))
+        except OSError as error:
+            problems.append(f"could not unmount its image: {error}")
         storage = SizedFilesystem(
             SandboxFilesystem(sandbox_dir, (), ()).writable_root, sandbox_dir / IMAGE_NAME, 0
         )

@@ -83,8 +83,17 @@ class SandboxInit:
 
     @classmethod
     async def launch(
-        cls, bwrap_arguments: Sequence[str], procs_files: Sequence[Path], seccomp: bytes
+        cls,
+        bwrap_arguments: Sequence[str],
+        procs_files: Sequence[Path],
+        seccomp: bytes,
+        *,
+        pass_fds: Sequence[int] = (),
+        network: bool = False,
     ) -> SandboxInit:
+        """Start the init. `pass_fds` are descriptors `bwrap_arguments` name (an
+        image's root); `network` keeps the host's network namespace, for an image
+        build's RUN steps only."""
         tools = host_tools()
         userns = await UserNamespace.create(tools["unshare"])
         program = _memory_file("sandbox-seccomp", seccomp)
@@ -108,7 +117,7 @@ class SandboxInit:
             *bwrap_arguments,
             "--unshare-ipc",
             "--unshare-pid",
-            "--unshare-net",
+            *(() if network else ("--unshare-net",)),
             "--unshare-uts",
             "--unshare-cgroup-try",
             "--hostname",
@@ -138,7 +147,7 @@ class SandboxInit:
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
-                pass_fds=(info_write, userns.fd, program),
+                pass_fds=(info_write, userns.fd, program, *pass_fds),
             )
         finally:
             for descriptor in (info_write, program):
@@ -168,8 +177,11 @@ class SandboxInit:
         gid: int,
         procs_files: Sequence[Path],
         seccomp: bytes,
+        build_step: bool = False,
+        capabilities: Sequence[int] = (),
     ) -> Start:
-        """How to start `command` with bash inside the sandbox, unprivileged and filtered."""
+        """How to start `command` with bash inside the sandbox, unprivileged and
+        filtered; a `build_step` as root with its capabilities (`launcher.py`)."""
         spec = {
             "cgroup_procs": [str(path) for path in procs_files],
             "uid": uid,
@@ -179,6 +191,8 @@ class SandboxInit:
             "env": dict(env),
             "command": command,
             "seccomp": seccomp,
+            "build_step": build_step,
+            "capabilities": list(capabilities),
         }
 
         async def start(stdin: int, stdout: int, stderr: int) -> Process:

@@ -1,0 +1,473 @@
+"""Building a task's Dockerfile into layers, without a container engine.
+
+The base comes from `bases.py`; every `RUN`, `WORKDIR` and `COPY`/`ADD` step after it
+becomes one layer of the layer store (`layers.py`), keyed by the parent layer's key,
+the step's text, what it runs with (environment, user, working directory) and, for a
+copy, the content of the files it copies. A step whose key is stored is not run
+again, so every attempt of a task after the first, and its separate verifier, starts
+from the cached layers; two attempts needing the same step build it once.
+
+Each step runs in a build sandbox: the same bubblewrap init as a trial's, in the
+sandbox's user namespace, on an overlay of the parent layers with the new layer's
+directory as its writable upper, and with the host's network and resolver (`RUN`
+fetches from package registries). Its command runs as root of that namespace with
+its capabilities and without the seccomp filter (apt and pip need them; see
+docs/sandbox.md for what each phase may do). A copy is packed into a tar stream on the
+host and unpacked inside, so no path of the image is ever resolved on the host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import tarfile
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from synth_pipelines.config import Settings
+from synth_pipelines.sandbox.attach import attach
+from synth_pipelines.sandbox.bases import BASE_ENV, BaseImages, resolve_base
+from synth_pipelines.sandbox.commands import CommandTimedOut, Completed, Process, run_to_completion
+from synth_pipelines.sandbox.dockerfile import (
+    CopyStep,
+    DockerfileRecipe,
+    RunStep,
+    Step,
+    UserStep,
+    WorkdirStep,
+)
+from synth_pipelines.sandbox.errors import ImageBuildError, SandboxUserError
+from synth_pipelines.sandbox.filesystem import resolve_sources
+from synth_pipelines.sandbox.image_root import image_bwrap_arguments, make_file
+from synth_pipelines.sandbox.layers import Layer, LayerStore
+from synth_pipelines.sandbox.namespace import SandboxInit
+from synth_pipelines.sandbox.overlay import mount_overlay, mount_point, unmount
+from synth_pipelines.sandbox.seccomp import filter_program
+from synth_pipelines.sandbox.userns import host_id
+
+RESOLVER = PurePosixPath("/etc/resolv.conf")
+OUTPUT_TAIL_LINES = 20
+STAGED = "staged"
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Image:
+    """A built image: its layers (top first) and what a container of it runs with."""
+
+    base: str
+    layers: tuple[Layer, ...]
+    env: dict[str, str]
+    workdir: PurePosixPath | None
+    user: str | None
+
+    @property
+    def key(self) -> str:
+        return self.layers[0].key
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(layer.size_bytes for layer in self.layers)
+
+
+@dataclass(frozen=True)
+class Identity:
+    uid: int
+    gid: int
+    home: str
+
+
+def step_key(parent: str, step: Step, *, user: str, workdir: str, inputs: str) -> str:
+    """The layer key of `step` on `parent`: everything that can change what it writes."""
+    described: dict[str, object] = {
+        "parent": parent,
+        "kind": type(step).__name__,
+        "text": step.text,
+        "user": user,
+        "workdir": workdir,
+        "inputs": inputs,
+    }
+    if isinstance(step, RunStep):
+        described["env"] = sorted(step.env.items())
+    return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass
+class ImageBuilder:
+    """Builds images under `root` (`<root>/bases`, `<root>/layers`)."""
+
+    @classmethod
+    def configured(cls, config: Settings, progress: Progress | None = None) -> ImageBuilder:
+        """The builder of the configured image cache, with its bound and limits."""
+        return cls(
+            config.images_dir,
+            mirror=config.debian_mirror,
+            step_timeout_sec=config.image_step_timeout_sec,
+            cache_bytes=config.image_cache_mb << 20,
+            progress=progress,
+        )
+
+    root: Path
+    mirror: str
+    step_timeout_sec: float
+    cache_bytes: int
+    progress: Progress | None = None
+    built: int = field(default=0, init=False)
+    cached: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        self.store = LayerStore(self.root / "layers")
+        self.bases = BaseImages(self.root, self.store, self.mirror)
+
+    def _say(self, message: str) -> None:
+        if self.progress is not None:
+            self.progress(message)
+
+    async def build(self, recipe: DockerfileRecipe, context: Path, *, task: str) -> Image:
+        base = resolve_base(recipe.base_image, task=task)
+        layer = await self.bases.layer(base, self.progress)
+        user, workdir = "root", "/"
+        total = len(recipe.steps)
+        for number, step in enumerate(recipe.steps, 1):
+            label = f"step {number}/{total} `{step.text}`"
+            if isinstance(step, UserStep):
+                user = step.user
+                continue
+            if isinstance(step, WorkdirStep):
+                workdir = str(step.path)
+            inputs = (
+                await asyncio.to_thread(_inputs_digest, step, context)
+                if isinstance(step, CopyStep)
+                else ""
+            )
+            key = step_key(layer.key, step, user=user, workdir=workdir, inputs=inputs)
+            found = self.store.get(key)
+            if found is not None:
+                self.cached += 1
+                self._say(f"{label}: cached")
+                layer = found
+                continue
+            self._say(f"{label}: building")
+            layer = await self.store.build(
+                key,
+                parent=layer,
+                description=step.text,
+                make=functools.partial(
+                    self._execute,
+                    step,
+                    layer,
+                    user=user,
+                    workdir=workdir,
+                    context=context,
+                    task=task,
+                ),
+            )
+        chain = self.store.chain(layer)
+        await asyncio.to_thread(self._prune_around, chain)
+        return Image(
+            base=base.name,
+            layers=tuple(chain),
+            env=dict(recipe.env),
+            workdir=recipe.workdir,
+            user=recipe.user,
+        )
+
+    def _prune_around(self, chain: list[Layer]) -> None:
+        held = self.store.hold(chain)
+        try:
+            for removed in self.store.prune(self.cache_bytes):
+                self._say(f"pruned layer {removed.key[:12]} ({removed.description})")
+        finally:
+            held.release()
+
+    async def _execute(
+        self,
+        step: Step,
+        parent: Layer,
+        diff: Path,
+        *,
+        user: str,
+        workdir: str,
+        context: Path,
+        task: str,
+    ) -> None:
+        lowers = [layer.diff for layer in self.store.chain(parent)]
+        tail: list[str] = []
+
+        def collect(line: str) -> None:
+            tail.append(line)
+            del tail[:-OUTPUT_TAIL_LINES]
+            self._say(f"  {line}")
+
+        async with BuildSandbox.open(self.store, lowers, diff, collect) as sandbox:
+            if isinstance(step, RunStep):
+                identity = await sandbox.identity(user, task=task)
+                env = {"HOME": identity.home, **step.env}
+                result = await sandbox.run(
+                    step.command, env, identity, cwd=workdir, timeout_sec=self.step_timeout_sec
+                )
+            elif isinstance(step, WorkdirStep):
+                result = await sandbox.run(
+                    f"mkdir -p {shlex.quote(str(step.path))}",
+                    BASE_ENV,
+                    sandbox.root,
+                    cwd="/",
+                    timeout_sec=self.step_timeout_sec,
+                )
+            elif isinstance(step, CopyStep):
+                result = await self._copy(sandbox, step, context)
+            else:
+                raise TypeError(f"no layer is built for {step!r}")
+        if result.return_code == 0:
+            self.built += 1
+            return
+        output = "\n".join(f"  {line}" for line in tail) or "  (no output)"
+        raise ImageBuildError(
+            f"Task {task!r}: the image build failed at Dockerfile line {step.line} "
+            f"`{step.text}` (exit {result.return_code}); its last output:\n{output}"
+        )
+
+    async def _copy(self, sandbox: BuildSandbox, step: CopyStep, context: Path) -> Completed:
+        with tempfile.TemporaryFile(dir=self.store.scratch) as archive_file:
+            single = await asyncio.to_thread(_pack_copy, step, context, archive_file)
+            archive_file.seek(0)
+            destination = shlex.quote(str(step.destination))
+            if single is None:
+                command = f"tar -xpf - --numeric-owner -C / && {_chown(step, destination)}"
+            else:
+                # One file to a destination not written as a directory: Docker copies
+                # it into the destination if that is a directory in the image, else
+                # to that path.
+                name = shlex.quote(single)
+                parent = shlex.quote(str(step.destination.parent))
+                command = (
+                    f"staging=$(mktemp -d) && tar -xpf - --numeric-owner -C $staging && "
+                    f"if [ -d {destination} ]; then target={destination}/{name}; "
+                    f"else mkdir -p {parent} && target={destination}; fi && "
+                    f'mv -f $staging/{STAGED} "$target" && rmdir $staging && '
+                    f"{_chown(step, chr(34) + '$target' + chr(34))}"
+                )
+            return await sandbox.run(
+                command,
+                BASE_ENV,
+                sandbox.root,
+                cwd="/",
+                timeout_sec=self.step_timeout_sec,
+                stdin_fd=archive_file.fileno(),
+            )
+
+
+def _chown(step: CopyStep, paths: str) -> str:
+    if step.chown is None:
+        return "true"
+    return f"chown -R {shlex.quote(step.chown)} {paths}"
+
+
+def _owned(member: tarfile.TarInfo, chmod: int | None) -> tarfile.TarInfo:
+    member.uid = member.gid = 0
+    member.uname = member.gname = "root"
+    if chmod is not None and not member.issym():
+        member.mode = chmod
+    return member
+
+
+def _pack_copy(step: CopyStep, context: Path, archive_file) -> str | None:
+    """Write the tar stream of a copy (paths from `/`); for one plain file to a
+    destination that may be a directory in the image, the file alone under `STAGED`,
+    and its name is returned."""
+    sources = resolve_sources(step, context)
+    root = str(step.destination).lstrip("/")
+    with tarfile.open(fileobj=archive_file, mode="w") as archive:
+        plain_file = (
+            len(sources) == 1
+            and not step.destination_is_dir
+            and not sources[0].is_dir()
+            and not (step.extract_archives and tarfile.is_tarfile(sources[0]))
+        )
+        if plain_file:
+            archive.add(sources[0], arcname=STAGED, filter=lambda m: _owned(m, step.chmod))
+            return sources[0].name
+        for source in sources:
+            if source.is_dir() and not source.is_symlink():
+                for child in sorted(source.iterdir()):
+                    archive.add(
+                        child,
+                        arcname=f"{root}/{child.name}" if root else child.name,
+                        filter=lambda m: _owned(m, step.chmod),
+                    )
+            elif step.extract_archives and tarfile.is_tarfile(source):
+                _add_extracted(archive, source, root)
+            else:
+                arcname = f"{root}/{source.name}" if root else source.name
+                archive.add(source, arcname=arcname, filter=lambda m: _owned(m, step.chmod))
+    return None
+
+
+def _add_extracted(archive: tarfile.TarFile, source: Path, root: str) -> None:
+    """ADD of a local archive: its members, made safe as Python's "data" filter does,
+    under the destination."""
+    with tarfile.open(source) as inner:
+        for member in inner:
+            safe = tarfile.data_filter(member, "/")
+            renamed = safe.replace(name=f"{root}/{safe.name}" if root else safe.name, deep=False)
+            content = inner.extractfile(member) if member.isfile() else None
+            archive.addfile(renamed, content)
+
+
+def _inputs_digest(step: CopyStep, context: Path) -> str:
+    """The sha256 of every file a copy reads: names, modes, link targets, contents."""
+    digest = hashlib.sha256()
+    context = context.resolve()
+    for source in resolve_sources(step, context):
+        paths = [source, *sorted(source.rglob("*"))] if source.is_dir() else [source]
+        for path in paths:
+            found = path.lstat()
+            digest.update(f"{path.relative_to(context)}\0{found.st_mode:o}\0".encode())
+            if path.is_symlink():
+                digest.update(os.readlink(path).encode())
+            elif path.is_file():
+                with path.open("rb") as content:
+                    for chunk in iter(lambda: content.read(1 << 20), b""):
+                        digest.update(chunk)
+    return digest.hexdigest()
+
+
+class BuildSandbox:
+    """A bubblewrap init on an overlay of `lowers` whose upper is `upper`, with the
+    host's network, for one build step (or a look inside a built image)."""
+
+    root = Identity(0, 0, "/root")
+
+    def __init__(self, init: SandboxInit, on_line: Callable[[str], None] | None):
+        self.init = init
+        self.on_line = on_line
+        self._partial = ""
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def open(
+        cls,
+        store: LayerStore,
+        lowers: list[Path],
+        upper: Path,
+        on_line: Callable[[str], None] | None = None,
+    ):
+        scratch = upper.parent
+        merged, work = mount_point(f"build-{scratch.name}"), scratch / "work"
+        upper.mkdir(parents=True, exist_ok=True)
+        os.chown(upper, host_id(0), host_id(0))
+        upper.chmod(0o755)
+        root_fd: int | None = None
+        init: SandboxInit | None = None
+        try:
+            await asyncio.to_thread(
+                mount_overlay, merged.name, lowers, upper, work, relative_to=store.root
+            )
+            root_fd = os.open(merged, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            await asyncio.to_thread(make_file, root_fd, RESOLVER)
+            init = await SandboxInit.launch(
+                image_bwrap_arguments(root_fd),
+                [],
+                filter_program(),
+                pass_fds=(root_fd,),
+                network=True,
+            )
+            await asyncio.to_thread(
+                attach, init.pidfd, init.root_fd, [(Path("/etc/resolv.conf"), RESOLVER, True)]
+            )
+            yield cls(init, on_line)
+        finally:
+            if init is not None:
+                await init.terminate()
+            if root_fd is not None:
+                os.close(root_fd)
+            await asyncio.to_thread(unmount, merged)
+            await asyncio.to_thread(shutil.rmtree, work, True)
+
+    async def _output(self, chunk: str, _stream: str) -> None:
+        if self.on_line is None:
+            return
+        text = self._partial + chunk
+        *lines, self._partial = text.split("\n")
+        for line in lines:
+            # pip and apt redraw progress lines with carriage returns: keep the last.
+            shown = line.rsplit("\r", 1)[-1].rstrip()
+            if shown:
+                self.on_line(shown)
+
+    async def run(
+        self,
+        command: str,
+        env: dict[str, str],
+        identity: Identity,
+        *,
+        cwd: str,
+        timeout_sec: float | None,
+        stdin_fd: int | None = None,
+    ) -> Completed:
+        start = self.init.command(
+            command,
+            cwd=cwd,
+            env={"LANG": "C.UTF-8", **env},
+            uid=identity.uid,
+            gid=identity.gid,
+            procs_files=[],
+            seccomp=b"",
+            build_step=True,
+        )
+
+        async def kill(process: Process) -> None:
+            await asyncio.to_thread(self.init.kill_all_but_init)
+
+        try:
+            completed = await run_to_completion(
+                start, timeout_sec=timeout_sec, kill=kill, on_output=self._output, stdin_fd=stdin_fd
+            )
+        except CommandTimedOut:
+            return Completed(return_code=124, stdout="", stderr=f"timed out after {timeout_sec} s")
+        if self._partial:
+            await self._output("\n", "stdout")
+        return completed
+
+    async def identity(self, user: str, *, task: str) -> Identity:
+        """uid, gid and home of `user` (`name`, `uid`, `name:group`) in the image."""
+        if user in ("root", "0"):
+            return self.root
+        name, _, group = user.partition(":")
+        found = await self.run(
+            f"getent passwd {shlex.quote(name)}", BASE_ENV, self.root, cwd="/", timeout_sec=30
+        )
+        fields = found.stdout.strip().split(":")
+        if found.return_code != 0 or len(fields) < 6:
+            if not name.isdigit():
+                raise SandboxUserError(
+                    f"Task {task!r}: USER {user} is not defined in the image's /etc/passwd; "
+                    "create it with a RUN step (useradd) before the USER step"
+                )
+            fields = [name, "x", name, name, "", "/"]
+        uid, gid, home = int(fields[2]), int(fields[3]), fields[5] or "/"
+        if group:
+            named = await self.run(
+                f"getent group {shlex.quote(group)}", BASE_ENV, self.root, cwd="/", timeout_sec=30
+            )
+            parts = named.stdout.strip().split(":")
+            if named.return_code == 0 and len(parts) >= 3:
+                gid = int(parts[2])
+            elif group.isdigit():
+                gid = int(group)
+            else:
+                raise SandboxUserError(
+                    f"Task {task!r}: group {group!r} of USER {user} is not in the image"
+                )
+        host_id(uid)
+        host_id(gid)
+        return Identity(uid, gid, home)
