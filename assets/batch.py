@@ -38,7 +38,7 @@ from synth_pipelines.contracts.learning import (
 )
 from synth_pipelines.contracts.plan import TrainPlan
 from synth_pipelines.contracts.profile import PinnedProfile
-from synth_pipelines.contracts.run_spec import RunSpec, parse_batch_key
+from synth_pipelines.contracts.run_spec import RunSpec, batch_key, parse_batch_key
 from synth_pipelines.contracts.trial import TrialOutcome
 from synth_pipelines.control.events import record_event
 from synth_pipelines.control.runs import get_run
@@ -62,10 +62,10 @@ class BatchConfig(dg.Config):
     judge: str = ""
 
 
-def _table(description: str, kinds: set[str]) -> dg.AssetOut:
+def _table(group: str, description: str, kinds: set[str]) -> dg.AssetOut:
     return dg.AssetOut(
         io_manager_key="table_io",
-        group_name="batches",
+        group_name=group,
         kinds=kinds,
         description=description,
         is_required=False,
@@ -75,7 +75,7 @@ def _table(description: str, kinds: set[str]) -> dg.AssetOut:
 def _fact(description: str) -> dg.AssetOut:
     return dg.AssetOut(
         dagster_type=dg.Nothing,
-        group_name="batches",
+        group_name="learning",
         kinds={"tinker"},
         description=description,
         is_required=False,
@@ -90,20 +90,24 @@ UPDATE, CHECKPOINTS = dg.AssetKey("policy_update"), dg.AssetKey("checkpoints")
 @dg.multi_asset(
     outs={
         "trials": _table(
+            "sampling",
             "Every attempt of the batch's sampling groups, run as a Harbor trial through the "
             "batch's policy: outcome class, rewards, the archived trial record.",
             {"harbor", "parquet"},
         ),
         "assessments": _table(
+            "evaluation",
             "Each attempt's reward from the task's verifier or a judge; regrades add sets.",
             {"parquet"},
         ),
         "qualified_groups": _table(
+            "learning",
             "Training: every attempt's standing (reward, exclusion reason, group-relative "
             "advantage), settled before advantages.",
             {"parquet"},
         ),
         "datums": _table(
+            "learning",
             "Training: the datums forward_backward received, packed by tinker-cookbook from "
             "the sampler's own tokens and logprobs.",
             {"parquet"},
@@ -283,8 +287,8 @@ async def batch(
                 "state": checkpoint.state_path,
                 "dataset_cursor": checkpoint.dataset_cursor,
                 "optimizer_steps": checkpoint.optimizer_steps,
-                "binds": f"policy of batch {index + 1}" if index + 1 < spec.batch_count else "",
-                **await asyncio.to_thread(_curves, engine, store, spec, index),
+                **_binds(spec, index, checkpoint.sampler_path),
+                **await asyncio.to_thread(_curves, engine, spec, index),
             },
         )
 
@@ -443,27 +447,27 @@ def _update_metadata(metrics: dict) -> dict:
     return shown
 
 
-def _curves(engine, store, spec: RunSpec, index: int) -> dict:
-    """The run's mean reward and sampler/trainer KL per batch so far, as PNGs in the object
-    store and on the page."""
+def _binds(spec: RunSpec, index: int, sampler: str) -> dict:
+    """Where the checkpoint goes next: the policy of the run's next batch, which the policy
+    gate binds to it, linked in the UI; the last batch's checkpoint ends the run."""
+    if index + 1 < spec.batch_count:
+        following = batch_key(spec.run_id, index + 1)
+        return {
+            "binds": f"policy[{following}]",
+            "next_policy": dg.MetadataValue.url(f"/assets/policy?partition={following}"),
+        }
+    return {"binds": f"nothing in this run (its last batch); `--model {sampler}` starts from it"}
+
+
+def _curves(engine, spec: RunSpec, index: int) -> dict:
+    """The run's mean reward and sampler/trainer KL per batch so far, drawn on the page."""
     from synth_pipelines.control.policy_updates import run_updates
-    from synth_pipelines.learning.curves import kl_curve_png, reward_curve_png
 
     updates = [u for u in run_updates(engine, spec.run_id) if u.batch_index <= index]
     rewards = [float(u.metrics.get("reward_mean", 0.0)) for u in updates]
     kls = [float(u.metrics.get("kl_sample_train_v1") or 0.0) for u in updates]
     return {
-        **curve_metadata(
-            store,
-            f"runs/{spec.run_id}/reward-curve-b{index:04d}.png",
-            reward_curve_png(rewards, f"{spec.run_id}: mean training reward per batch"),
-            "reward_curve",
-        ),
-        **curve_metadata(
-            store,
-            f"runs/{spec.run_id}/kl-curve-b{index:04d}.png",
-            kl_curve_png(kls, f"{spec.run_id}: sampler/trainer KL (v1) per batch"),
-            "kl_curve",
-        ),
+        **curve_metadata("reward_curve", rewards, "mean reward, batch", bounded=True),
+        **curve_metadata("kl_curve", kls, "KL sample/train v1, batch", bounded=False),
         "reward_mean": dg.MetadataValue.float(rewards[-1] if rewards else 0.0),
     }

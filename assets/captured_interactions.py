@@ -1,4 +1,5 @@
-"""`captured_interactions[batch]`: the capture proxy's published evidence.
+"""`captured_interactions[batch]`: the capture proxy's published evidence of the batch's
+trials (downstream of `trials`, upstream of the learning that reads it).
 
 The proxy writes it (create-only Parquet chunks with full-object SHA-256) and reports
 each chunk as a materialization of the attempt's batch, so the asset is external."""
@@ -11,6 +12,7 @@ captured_interactions = dg.AssetSpec(
     "captured_interactions",
     partitions_def=batches,
     description="Exact prompt tokens, sampled tokens and sampler logprobs of every model call.",
-    group_name="batches",
+    deps=["trials"],
+    group_name="evidence",
     kinds={"parquet"},
 )

@@ -13,6 +13,6 @@ dataset_tasks = dg.AssetSpec(
     "dataset_tasks",
     partitions_def=dataset_versions,
     description="Immutable dataset versions: ordered tasks pinned by Harbor content digest.",
-    group_name="datasets",
+    group_name="inputs",
     kinds={"parquet"},
 ).with_io_manager_key("table_io")

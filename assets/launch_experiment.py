@@ -8,6 +8,7 @@ gate then admits the accepted run like any other.
 import dagster as dg
 from pydantic import Field
 
+from assets.run_tags import run_tags
 from resources.control_database import ControlDatabase
 from synth_pipelines.config import settings
 from synth_pipelines.control.runs import IdempotencyConflictError
@@ -17,15 +18,30 @@ from synth_pipelines.runtime.submission import Submission, SubmissionError, subm
 
 
 class ExperimentConfig(dg.Config):
-    dataset: str = Field(description="Dataset version, org/name@version.")
-    actor: str = Field(
-        description="Actor profile: @file.json (relative to the project), inline JSON, "
-        "or a published org/name@version."
+    """The Launchpad's scaffold is these defaults: the README's example evaluation of the
+    sample dataset by the oracle, which runs as it stands once the dataset is published."""
+
+    dataset: str = Field(
+        default="synth/sample@v1", description="Dataset version, org/name@version."
     )
-    plan: str = Field(description="Plan: @file.json (relative to the project) or inline JSON.")
+    actor: str = Field(
+        default="@profiles/oracle.json",
+        description="Actor profile: @file.json (relative to the project), inline JSON, "
+        "or a published org/name@version.",
+    )
+    plan: str = Field(
+        default="@plans/eval.json",
+        description="Plan: @file.json (relative to the project) or inline JSON.",
+    )
+    model: str | None = Field(
+        default=None,
+        description="Checkpoint to evaluate or train from (a tinker:// sampler path, as "
+        "`synth checkpoint list` prints it); unset: the actor's own model.",
+    )
     judge: str | None = Field(default=None, description="Judge profile, given like the actor.")
     idempotency_key: str | None = Field(
-        default=None, description="Launching again with the same key returns the same run."
+        default=None,
+        description="Launching again with the same key returns the same run.",
     )
 
 
@@ -33,9 +49,20 @@ class ExperimentConfig(dg.Config):
 def accepted_run(
     context: dg.OpExecutionContext, config: ExperimentConfig, control: ControlDatabase
 ) -> dg.Output[str]:
+    empty = [name for name, value in config.model_dump().items() if value == ""]
+    if empty:
+        raise dg.Failure(
+            description=f"empty {', '.join(empty)} in the launch config: give a value, or "
+            "leave out the optional fields (model, judge, idempotency_key)",
+            allow_retries=False,
+        )
     project = settings()
     submission = Submission(
-        dataset=config.dataset, actor=config.actor, plan=config.plan, judge=config.judge
+        dataset=config.dataset,
+        actor=config.actor,
+        plan=config.plan,
+        judge=config.judge,
+        model=config.model,
     )
     try:
         run, created = submit_run(
@@ -48,7 +75,7 @@ def accepted_run(
         )
     except (SubmissionError, DatasetError, IdempotencyConflictError, ModelNotServedError) as error:
         raise dg.Failure(description=str(error), allow_retries=False) from None
-    context.instance.add_run_tags(context.run_id, {"synth/run": run.run_id})
+    context.instance.add_run_tags(context.run_id, run_tags(run))
     context.log.info(f"{'accepted' if created else 'already accepted'} run {run.run_id}")
     return dg.Output(
         run.run_id,
@@ -60,6 +87,7 @@ def accepted_run(
             "dataset": run.spec.dataset.ref,
             "actor": f"{run.spec.actor.name}@{run.spec.actor.version}",
             "actor_digest": run.spec.actor.digest,
+            "model": run.spec.actor_model or "",
             "request_digest": run.request_digest,
             "idempotency_key": run.idempotency_key,
             "batches": run.batch_count,
@@ -68,8 +96,8 @@ def accepted_run(
 
 
 @dg.job(
-    description="Accept an experiment (dataset version, actor, optional judge, plan) exactly "
-    "as `synth run start` does; the batch gate then runs its batches."
+    description="Accept an experiment (dataset version, actor, plan, optional checkpoint "
+    "and judge) exactly as `synth run start` does; the batch gate then runs its batches."
 )
 def launch_experiment() -> None:
     accepted_run()

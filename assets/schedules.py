@@ -1,7 +1,9 @@
 """An example schedule: every night, evaluate the newest checkpoint on a held-out dataset.
 
-It accepts an evaluation run exactly as `synth run start --model <checkpoint>` would (the
-batch gate then runs it), once per night and checkpoint thanks to the idempotency key.
+It accepts an evaluation run exactly as `synth run start --model <checkpoint>` would, once
+per night and checkpoint thanks to the idempotency key, and pins it (`run_spec[run]`, tagged
+with the run's dataset, actor and model) so the night's evaluation shows on the schedule's
+page; the batch gate then runs its batches like any accepted run's.
 Configure it with SYNTH_NIGHTLY_DATASET (e.g. `synth/heldout@v1`), SYNTH_NIGHTLY_ACTOR (a
 published profile `org/name@version`) and optionally SYNTH_NIGHTLY_PLAN (a plan as JSON);
 it is stopped by default: turn it on in the UI.
@@ -11,6 +13,8 @@ import os
 
 import dagster as dg
 
+from assets.partitions import runs
+from assets.run_tags import run_tags
 from synth_pipelines.config import settings
 from synth_pipelines.control.checkpoints import newest_checkpoint
 from synth_pipelines.control.database import control_engine
@@ -53,8 +57,11 @@ def nightly_checkpoint_evaluation(context: dg.ScheduleEvaluationContext):
         )
     except (SubmissionError, ModelNotServedError) as error:
         return dg.SkipReason(f"cannot evaluate {checkpoint.sampler_path}: {error}")
-    state = "accepted" if created else "already accepted"
-    return dg.SkipReason(
-        f"{state} run {run.run_id} evaluating {checkpoint.sampler_path} on {dataset}; "
-        "the batch gate runs it"
+    context.log.info(
+        f"{'accepted' if created else 'already accepted'} run {run.run_id} evaluating "
+        f"{checkpoint.sampler_path} on {dataset}"
     )
+    # A schedule cannot request partitions as a sensor does; the gate adds the same one.
+    if not context.instance.has_dynamic_partition(runs.name, run.run_id):
+        context.instance.add_dynamic_partitions(runs.name, [run.run_id])
+    return dg.RunRequest(run_key=f"spec:{run.run_id}", partition_key=run.run_id, tags=run_tags(run))

@@ -15,6 +15,7 @@ import dagster as dg
 
 from assets.jobs import BATCH_ASSETS, BATCH_JOBS, TERMINAL_ASSETS, pin_run_spec, warm_start_job
 from assets.partitions import batches, runs
+from assets.run_tags import run_tags
 from synth_pipelines.contracts.run_spec import batch_key, parse_batch_key
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import RunEvent, read_events
@@ -49,7 +50,7 @@ def batch_request(
         job_name=BATCH_JOBS[run.kind].name,
         partition_key=key,
         asset_selection=assets,
-        tags={"synth/run": run.run_id, "synth/batch": key, "synth/kind": run.kind},
+        tags={**run_tags(run), "synth/batch": key},
     )
 
 
@@ -58,7 +59,7 @@ def warm_start_request(run: RunRecord, run_key: str) -> dg.RunRequest:
         run_key=run_key,
         job_name=warm_start_job.name,
         partition_key=run.run_id,
-        tags={"synth/run": run.run_id, "synth/kind": run.kind},
+        tags=run_tags(run),
     )
 
 
@@ -114,7 +115,7 @@ def batch_gate(context: dg.SensorEvaluationContext) -> dg.SensorResult:
                 run_key=f"spec:{run.run_id}",
                 job_name=pin_run_spec.name,
                 partition_key=run.run_id,
-                tags={"synth/run": run.run_id},
+                tags=run_tags(run),
             )
         )
         if run.kind == "warm_start":

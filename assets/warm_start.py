@@ -8,20 +8,27 @@ import dagster as dg
 
 from assets.curve_metadata import curve_metadata
 from assets.partitions import runs
+from assets.run_spec import run_spec
 from resources.control_database import ControlDatabase
 from resources.object_store import ObjectStoreResource
 from resources.training import TrainingService
 from synth_pipelines.control.runs import get_run
 
 
-@dg.asset(partitions_def=runs, group_name="runs", kinds={"tinker"})
+@dg.asset(
+    partitions_def=runs,
+    deps=[run_spec],
+    group_name="warm_start",
+    kinds={"tinker"},
+    description="Supervised training of a warm-start run on the dataset's demonstrations: "
+    "the checkpoint (sampler and trainer state) that a train or eval run binds with `--model`.",
+)
 def warm_start(
     context: dg.AssetExecutionContext,
     control: ControlDatabase,
     objects: ObjectStoreResource,
     training: TrainingService,
 ) -> dg.MaterializeResult:
-    from synth_pipelines.learning.curves import loss_curve_png
     from synth_pipelines.learning.demonstrations import DemonstrationError
     from synth_pipelines.learning.warm_start import warm_start as run_warm_start
 
@@ -42,9 +49,8 @@ def warm_start(
     else:
         context.log.info(f"run {spec.run_id} already has its checkpoint: nothing to train")
     if result.losses:
-        png = loss_curve_png(result.losses, f"{spec.run_id}: warm start loss")
         trained |= {
-            **curve_metadata(store, f"runs/{spec.run_id}/warm-start-loss.png", png, "loss_curve"),
+            **curve_metadata("loss_curve", result.losses, "loss per token, step", bounded=False),
             "loss_first": dg.MetadataValue.float(result.losses[0]),
             "loss_last": dg.MetadataValue.float(result.losses[-1]),
         }

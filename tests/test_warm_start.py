@@ -110,6 +110,11 @@ def test_warm_start_lowers_the_loss_and_its_checkpoint_is_evaluated_through_the_
         assert get_run(engine, run.run_id).status == "succeeded"
         (checkpoint,) = run_checkpoints(engine, run.run_id)
         assert checkpoint.optimizer_steps == STEPS
+        # A waiting `synth train start --wait` fills its bar from these, one per step.
+        steps = read_events(engine, run_id=run.run_id, kinds=("warm_start.step",))
+        assert [(e.data["step"], e.data["steps"]) for e in steps] == [
+            (step, STEPS) for step in range(1, STEPS + 1)
+        ]
         (materialization,) = result.asset_materializations_for_node("warm_start")
         metadata = materialization.metadata
         assert metadata["loss_last"].value < metadata["loss_first"].value

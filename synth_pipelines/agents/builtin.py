@@ -8,14 +8,20 @@ loop ends when the model answers without a tool call, or at the step limit; a re
 off at the token limit is continued.
 
 Usage: agent.py --model M [--max-steps N] [--max-tokens T] [--system TEXT] [--answer-file F]
+                [--trajectory F]
 --answer-file writes the text of the last reply to F when the loop ends, for tasks that
-grade an answer rather than files.
+grade an answer rather than files. --trajectory writes the run as Harbor's trajectory
+(ATIF, what `harbor view` shows) to F; by default to `trajectory.json` beside the agent's
+log, when its stdout is a file (the launcher redirects it into the log directory). Only
+that last step imports a library (Harbor's trajectory models, from the interpreter's own
+environment), once the loop is over.
 The instruction arrives on stdin (or as the last argument). ANTHROPIC_BASE_URL and
 ANTHROPIC_AUTH_TOKEN (or ANTHROPIC_API_KEY) route it through the capture proxy with the
 attempt's scoped token, as they route the `anthropic` SDK.
 """
 
 import argparse
+import datetime
 import json
 import os
 import subprocess
@@ -96,6 +102,94 @@ def log(event: str, **data) -> None:
     print(json.dumps({"event": event, "time": time.time(), **data}), flush=True)
 
 
+def now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat()
+
+
+def beside_log() -> str | None:
+    """`trajectory.json` in the directory of the log file the agent's stdout goes to."""
+    try:
+        target = os.readlink("/proc/self/fd/1")
+    except OSError:
+        return None
+    return (
+        os.path.join(os.path.dirname(target), "trajectory.json") if os.path.isfile(target) else None
+    )
+
+
+def write_trajectory(path: str, options: argparse.Namespace, steps: list[dict]) -> None:
+    """The loop's record as an ATIF trajectory, validated by Harbor's own models."""
+    from harbor.models.trajectories import (
+        Agent,
+        FinalMetrics,
+        Metrics,
+        Observation,
+        ObservationResult,
+        Step,
+        ToolCall,
+        Trajectory,
+    )
+
+    built = [Step(step_id=1, source="system", message=options.system)]
+    for step in steps:
+        if step["source"] == "user":
+            built.append(
+                Step(
+                    step_id=len(built) + 1,
+                    timestamp=step["at"],
+                    source="user",
+                    message=step["text"],
+                )
+            )
+            continue
+        calls = step["tool_calls"]
+        built.append(
+            Step(
+                step_id=len(built) + 1,
+                timestamp=step["at"],
+                source="agent",
+                model_name=options.model,
+                message=step["text"],
+                tool_calls=[
+                    ToolCall(tool_call_id=c["id"], function_name=c["name"], arguments=c["input"])
+                    for c in calls
+                ]
+                or None,
+                observation=Observation(
+                    results=[
+                        ObservationResult(
+                            source_call_id=c["id"],
+                            content=c["output"],
+                            extra={"is_error": c["failed"]},
+                        )
+                        for c in calls
+                    ]
+                )
+                if calls
+                else None,
+                metrics=Metrics(
+                    prompt_tokens=step["usage"].get("input_tokens"),
+                    completion_tokens=step["usage"].get("output_tokens"),
+                ),
+                extra={"stop_reason": step["stop_reason"]},
+            )
+        )
+    replies = [step for step in steps if step["source"] == "agent"]
+    trajectory = Trajectory(
+        agent=Agent(
+            name="synth-builtin", version="1", model_name=options.model, tool_definitions=TOOLS
+        ),
+        steps=built,
+        final_metrics=FinalMetrics(
+            total_prompt_tokens=sum(s["usage"].get("input_tokens") or 0 for s in replies),
+            total_completion_tokens=sum(s["usage"].get("output_tokens") or 0 for s in replies),
+            total_steps=len(built),
+        ),
+    )
+    with open(path, "w") as handle:
+        json.dump(trajectory.to_json_dict(), handle, indent=2)
+
+
 def run_bash(command: str) -> tuple[str, bool]:
     try:
         done = subprocess.run(
@@ -143,20 +237,26 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=512)
     parser.add_argument("--system", default=SYSTEM)
     parser.add_argument("--answer-file")
+    parser.add_argument("--trajectory", default=beside_log())
     parser.add_argument("instruction", nargs="?")
     options = parser.parse_args()
-    status, answer = run(options)
+    steps: list[dict] = []
+    status, answer = run(options, steps)
     if options.answer_file:
         with open(options.answer_file, "w") as handle:
             handle.write(answer)
+    if options.trajectory and steps:
+        write_trajectory(options.trajectory, options, steps)
     return status
 
 
-def run(options: argparse.Namespace) -> tuple[int, str]:
-    """The agent loop: its exit status and the text of its last reply."""
+def run(options: argparse.Namespace, steps: list[dict]) -> tuple[int, str]:
+    """The agent loop: its exit status and the text of its last reply. `steps` receives
+    the conversation (prompts, replies with their usage, tool calls with their outputs)."""
     instruction = options.instruction if options.instruction is not None else sys.stdin.read()
     limit = int(os.environ.get("SYNTH_MAX_OUTPUT_TOKENS", options.max_tokens))
     messages: list[dict] = [{"role": "user", "content": instruction}]
+    steps.append({"source": "user", "at": now(), "text": instruction})
     answer = ""
     for step in range(1, options.max_steps + 1):
         try:
@@ -181,12 +281,39 @@ def run(options: argparse.Namespace) -> tuple[int, str]:
         answer = "".join(block.get("text", "") for block in content if block.get("type") == "text")
         messages.append({"role": "assistant", "content": content or [{"type": "text", "text": ""}]})
         calls = [block for block in content if block.get("type") == "tool_use"]
+        used: list[dict] = []
+        steps.append(
+            {
+                "source": "agent",
+                "at": now(),
+                "text": answer,
+                "usage": reply.get("usage") or {},
+                "stop_reason": reply.get("stop_reason"),
+                "tool_calls": used,
+            }
+        )
         if calls:
             results = []
             for call in calls:
                 arguments = call.get("input") or {}
                 output, failed = use_tool(call.get("name", ""), arguments)
-                log("tool", step=step, name=call.get("name"), input=arguments, failed=failed)
+                log(
+                    "tool",
+                    step=step,
+                    name=call.get("name"),
+                    input=arguments,
+                    output=output,
+                    failed=failed,
+                )
+                used.append(
+                    {
+                        "id": call.get("id") or f"call-{step}-{len(used)}",
+                        "name": call.get("name", ""),
+                        "input": arguments if isinstance(arguments, dict) else {"value": arguments},
+                        "output": output,
+                        "failed": failed,
+                    }
+                )
                 results.append(
                     {
                         "type": "tool_result",
@@ -198,6 +325,7 @@ def run(options: argparse.Namespace) -> tuple[int, str]:
             messages.append({"role": "user", "content": results})
         elif reply.get("stop_reason") == "max_tokens":
             messages.append({"role": "user", "content": CONTINUE})
+            steps.append({"source": "user", "at": now(), "text": CONTINUE})
         else:
             log("done", steps=step)
             return 0, answer

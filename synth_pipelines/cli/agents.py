@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 
@@ -17,8 +16,6 @@ from synth_pipelines.cli.output import (
     user_errors,
 )
 from synth_pipelines.config import settings
-from synth_pipelines.control.database import control_engine
-from synth_pipelines.runtime.submission import read_profile
 
 agent_app = typer.Typer(
     help="Run an agent profile on a task in the local sandbox.", no_args_is_help=True
@@ -38,11 +35,15 @@ def run(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Launch the profile on the task through the capture proxy, like a managed trial."""
+    import asyncio
+
     from synth_pipelines.agents.constraints import LaunchConstraintError
     from synth_pipelines.agents.engines import EngineUnavailableError
     from synth_pipelines.agents.local_run import run_locally
     from synth_pipelines.agents.session import ModelUnavailableError
+    from synth_pipelines.control.database import control_engine
     from synth_pipelines.registry.task_packages import TaskFormatError
+    from synth_pipelines.runtime.submission import read_profile
 
     with user_errors(
         LaunchConstraintError,

@@ -8,18 +8,22 @@ is an operator's setting to fix, not a crash.
 from __future__ import annotations
 
 import signal
-from typing import Any
+import sys
+from typing import Any, ClassVar
 
+import click
 import typer
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, OperationalError
 from typer.core import TyperGroup
 
+from synth_pipelines.cli.lazy_commands import CommandSource, LazyCommand
 from synth_pipelines.cli.output import fail
 from synth_pipelines.config import settings
 
 
 def _shown_database_url() -> str:
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     url = settings().control_database_url
     try:
         return make_url(url).render_as_string(hide_password=True)
@@ -35,13 +39,34 @@ def interrupts_by_default() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def _is_database_refusal(error: Exception) -> bool:
+    exc = sys.modules.get("sqlalchemy.exc")
+    return exc is not None and isinstance(error, exc.OperationalError)
+
+
 class SynthGroup(TyperGroup):
+    commands_by_name: ClassVar[dict[str, CommandSource]] = {}
+    """The top-level commands, each loaded from its module when invoked."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [*super().list_commands(ctx), *self.commands_by_name]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        source = self.commands_by_name.get(cmd_name)
+        if source is None:
+            return super().get_command(ctx, cmd_name)
+        return LazyCommand(cmd_name, source)
+
     def invoke(self, ctx: typer.Context) -> Any:
         interrupts_by_default()
         try:
             return super().invoke(ctx)
-        except OperationalError as error:
-            said = str(error.orig or error).strip().splitlines()[0]
+        except Exception as error:
+            # SQLAlchemy is imported by the commands that use the database, not for every
+            # command: only one that raised can have raised its error.
+            if not _is_database_refusal(error):
+                raise
+            said = str(getattr(error, "orig", None) or error).strip().splitlines()[0]
             fail(
                 f"the control database at {_shown_database_url()} refused this command: "
                 f"{said}; check SYNTH_DATABASE_URL (user, password, host and port, e.g. "

@@ -7,12 +7,14 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from synth_pipelines.cli.output import JSON_OPTION, console, emit, user_errors
+from synth_pipelines.cli.output import JSON_OPTION, console, emit, errors, user_errors
+from synth_pipelines.cli.progress import ProgressDisplay, PublishProgress
 from synth_pipelines.config import settings
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.table_outputs import current_table_ref
 from synth_pipelines.registry.datasets import (
     DatasetError,
+    PublishPhase,
     get_dataset,
     list_datasets,
     publish_dataset,
@@ -38,13 +40,23 @@ def publish(
     description: str = typer.Option("", "--description"),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Record an immutable dataset version: ordered tasks pinned by Harbor digest."""
+    """Record an immutable dataset version: ordered tasks pinned by Harbor digest. Tasks
+    packed, then uploaded, show as a bar on stderr; with --json as one `dataset publish
+    progress` JSON object per line on stderr per task (`synth schema 'dataset publish
+    progress'`), stdout keeping only the document."""
     from synth_pipelines.cli.dagster_link import report_dataset_published
 
     engine, store = control_engine(), _store()
-    with user_errors(DatasetError):
+    with (
+        user_errors(DatasetError),
+        ProgressDisplay("json" if as_json else "bar", errors) as display,
+    ):
+
+        def task_done(phase: PublishPhase, task: str, done: int, total: int) -> None:
+            display.show(PublishProgress(f"{name}@{version}", phase, task, done, total))
+
         dataset, created = publish_dataset(
-            engine, store, directory, name, version, settings().owner, description
+            engine, store, directory, name, version, settings().owner, description, task_done
         )
     if created:
         table = current_table_ref(engine, "dataset_tasks", dataset.ref)

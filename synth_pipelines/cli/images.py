@@ -78,15 +78,18 @@ def list_images(as_json: bool = JSON_OPTION) -> None:
     def render() -> None:
         console.print(f"[bold]image cache[/] {data['root']}")
         table = Table("base", "names", "size")
+        for column in table.columns:
+            column.overflow = "fold"
         for base in bases:
             table.add_row(base["key"], ", ".join(base["names"]), _size(base["size_bytes"]))
         console.print(table)
         table = Table("layer", "parent", "size", "last used", "in use", "step")
-        table.columns[-1].overflow = "fold"
+        for column in table.columns:
+            column.overflow = "fold"
         for layer in layers:
             table.add_row(
-                layer["key"][:12],
-                (layer["parent"] or "-")[:12],
+                layer["key"],
+                layer["parent"] or "-",
                 _size(layer["size_bytes"]),
                 layer["last_used"][:16].replace("T", " "),
                 "yes" if layer["in_use"] else "",

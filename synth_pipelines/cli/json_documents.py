@@ -7,11 +7,11 @@ program can rely on these fields; new fields are added, never renamed.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
-from synth_pipelines.contracts.learning import NewDatumReason
+from synth_pipelines.contracts.new_datum_reasons import NewDatumReason
 
 
 class Document(BaseModel):
@@ -31,6 +31,17 @@ class DatasetDocument(Document):
 
 class PublishedDataset(DatasetDocument):
     created: bool
+
+
+class PublishProgressDocument(Document):
+    """One line of `synth dataset publish --json` progress on stderr: after each task is
+    packed, then after each is uploaded (`done` of `total` in that phase)."""
+
+    dataset: str
+    phase: Literal["packed", "uploaded"]
+    task: str
+    done: int
+    total: int
 
 
 class TaskDocument(Document):
@@ -55,6 +66,8 @@ class RunSummary(Document):
     actor_digest: str
     judge: str | None
     model: str | None
+    actor_model: str | None
+    """The model the actor samples from: the run's `--model`, else its profile's."""
     batches: int
     idempotency_key: str
     created_at: str
@@ -156,6 +169,54 @@ class RunResultsDocument(RunSummary):
     learning_warnings: list[str]
     tasks: list[TaskResultDocument]
     trial_records: str
+
+
+class RunProgressDocument(Document):
+    """One line of a waiting command's progress on stderr with `--json` (one per change).
+    `reward_mean` and `step_applied` are the last batch whose update is recorded;
+    `steps_done`/`steps_total` a warm start's supervised steps (null for other runs). For
+    `run regrade --wait`, `kind` is "regrade", `status` the backfill's, and attempts count
+    the regrade's assessments."""
+
+    run_id: str
+    kind: str
+    status: str
+    batches_done: int
+    batches_total: int
+    attempts_done: int
+    attempts_total: int
+    passed: int
+    reward_mean: float | None
+    step_applied: bool | None
+    steps_done: int | None
+    steps_total: int | None
+
+
+class BatchMetricsDocument(Document):
+    """One batch of `synth run metrics`: its attempts and reward, and for a training batch
+    what learning did with them (null for a batch of a run that does not train, and for a
+    training batch whose update is not recorded yet)."""
+
+    batch_index: int
+    batch: str
+    attempts: int
+    passed: int
+    reward_mean: float | None
+    sampler: str | None
+    groups_used: int | None
+    groups_dropped: int | None
+    datums: int | None
+    tokens: int | None
+    """Sampled (action) tokens of the batch: tokens per turn x turns x attempts."""
+    step_applied: bool | None
+    kl_sample_train_v1: float | None
+
+
+class RunMetricsDocument(Document):
+    run_id: str
+    kind: str
+    status: str
+    batches: list[BatchMetricsDocument]
 
 
 class AssessmentSetDocument(Document):
@@ -313,6 +374,17 @@ class RunComparison(Document):
     notes: list[str]
 
 
+class RunExportDocument(Document):
+    """Where `synth run export` wrote a run's table, and what it holds."""
+
+    run_id: str
+    what: str
+    format: str
+    path: str
+    rows: int
+    columns: list[str]
+
+
 class ErrorDocument(Document):
     """What any command prints with `--json` when it refuses its input."""
 
@@ -373,9 +445,87 @@ class ImagePruneDocument(Document):
     layer_bytes: int
 
 
+class SamplingGroupDocument(Document):
+    run_id: str
+    batch: str
+    group_index: int
+    task_name: str
+    attempts: int
+    mean_reward: float | None
+    qualified: bool | None
+    exclusion: str | None
+
+
+class CheckpointSelectionDocument(Document):
+    run_id: str
+    kind: str
+    status: str
+    as_model: bool
+    policy_batches: list[str]
+
+
+class CheckpointLineageDocument(Document):
+    checkpoint: CheckpointDocument
+    update: PolicyUpdateDocument | None
+    groups: list[SamplingGroupDocument]
+    selected_by: list[CheckpointSelectionDocument]
+
+
+class AttemptMessageDocument(Document):
+    role: str
+    content: list[dict[str, Any]]
+
+
+class ModelCallDocument(Document):
+    call_id: str
+    call_index: int
+    agent_id: str
+    model: str
+    sampler: str
+    chunk_key: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    completion_logprob: float
+    stop_reason: str
+    input: list[AttemptMessageDocument]
+    output: list[dict[str, Any]]
+
+
+class ToolUseDocument(Document):
+    tool_use_id: str
+    model_call_id: str
+    name: str
+    input: dict[str, Any]
+    output: str | None
+    is_error: bool | None
+
+
+class AttemptDocument(Document):
+    attempt_id: str
+    run_id: str
+    batch: str
+    task_name: str
+    trial_name: str
+    status: str
+    system: str | None
+    calls: list[ModelCallDocument]
+    tool_calls: list[ToolUseDocument]
+    evidence_problem: str | None
+    reward: float | None
+    rewards: dict[str, Any] | None
+    assessor: str | None
+    rationale: str | None
+    verifier_output: str | None
+    exception: str | None
+
+
 DOCUMENTS: dict[str, Any] = {
     "error": ErrorDocument,
+    "checkpoint list": list[CheckpointDocument],
+    "checkpoint show": CheckpointLineageDocument,
+    "attempt show": AttemptDocument,
     "dataset publish": PublishedDataset,
+    "dataset publish progress": PublishProgressDocument,
     "model teach": TeacherScript,
     "dataset show": DatasetWithTasks,
     "dataset list": list[DatasetDocument],
@@ -389,6 +539,9 @@ DOCUMENTS: dict[str, Any] = {
     "run resume": ResumedRun,
     "run cancel": CancelledRun,
     "run regrade": RegradeDocument,
+    "run export": RunExportDocument,
+    "run progress": RunProgressDocument,
+    "run metrics": RunMetricsDocument,
     "train start": AcceptedRun,
     "train resolve": PolicyUpdateDocument,
     "train resolve --inspect": list[PolicyUpdateDocument],

@@ -1,39 +1,82 @@
-"""The `synth` command: one Typer app, one sub-app per noun."""
+"""The `synth` command: one Typer app, one sub-app per noun, each loaded when invoked."""
 
 from __future__ import annotations
 
 import typer
 
-from synth_pipelines.cli.agents import agent_app, claude
 from synth_pipelines.cli.command_group import SynthGroup
-from synth_pipelines.cli.datasets import dataset_app
-from synth_pipelines.cli.images import image_app
-from synth_pipelines.cli.model import model_app
-from synth_pipelines.cli.profiles import profile_app
-from synth_pipelines.cli.proxy import proxy_app
-from synth_pipelines.cli.run_control import run_app
-from synth_pipelines.cli.schemas import schema_command
-from synth_pipelines.cli.services import services_app
-from synth_pipelines.cli.train import train_app
+from synth_pipelines.cli.lazy_commands import CommandSource
+
+PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+COMMANDS = {
+    "schema": CommandSource(
+        "synth_pipelines.cli.schemas:schema_command",
+        "Print the JSON Schema of a command's --json output (a JSON object).",
+    ),
+    "claude": CommandSource(
+        "synth_pipelines.cli.agents:claude",
+        "Launch the installed Claude Code here, through the capture proxy (args after --).",
+        PASS_THROUGH,
+    ),
+    "up": CommandSource(
+        "synth_pipelines.cli.services:up",
+        "Start the embedded services unless they run: model service, proxy, Dagster code "
+        "server, daemon and UI.",
+    ),
+    "down": CommandSource("synth_pipelines.cli.services:down", "Stop the embedded services."),
+    "dataset": CommandSource(
+        "synth_pipelines.cli.datasets:dataset_app",
+        "Publish and inspect immutable dataset versions.",
+    ),
+    "run": CommandSource(
+        "synth_pipelines.cli.run_commands:run_app", "Submit experiments and inspect their runs."
+    ),
+    "train": CommandSource(
+        "synth_pipelines.cli.train:train_app", "Train a model from task experience."
+    ),
+    "model": CommandSource(
+        "synth_pipelines.cli.model:model_app",
+        "The local Tinker-compatible model service (sampling and LoRA training).",
+    ),
+    "agent": CommandSource(
+        "synth_pipelines.cli.agents:agent_app",
+        "Run an agent profile on a task in the local sandbox.",
+    ),
+    "profile": CommandSource(
+        "synth_pipelines.cli.profiles:profile_app",
+        "Publish and inspect immutable agent profiles.",
+    ),
+    "proxy": CommandSource(
+        "synth_pipelines.cli.proxy:proxy_app", "The capture proxy and its scoped tokens."
+    ),
+    "image": CommandSource(
+        "synth_pipelines.cli.images:image_app",
+        "Inspect, build and prune the images tasks' Dockerfiles are built into.",
+    ),
+    "checkpoint": CommandSource(
+        "synth_pipelines.cli.checkpoints:checkpoint_app",
+        "Checkpoints: what produced each one, and what sampled through it since.",
+    ),
+    "attempt": CommandSource(
+        "synth_pipelines.cli.attempts:attempt_app",
+        "Read one attempt: its conversation and its grade.",
+    ),
+}
+
+
+class SynthCommands(SynthGroup):
+    commands_by_name = COMMANDS
+
 
 app = typer.Typer(
     name="synth",
-    help="Run, evaluate and train tool-using coding agents on versioned Harbor datasets.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    cls=SynthGroup,
+    cls=SynthCommands,
 )
-app.add_typer(dataset_app, name="dataset")
-app.add_typer(run_app, name="run")
-app.add_typer(train_app, name="train")
-app.command("schema")(schema_command)
-app.add_typer(model_app, name="model")
-app.add_typer(agent_app, name="agent")
-app.command(
-    "claude",
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-)(claude)
-app.add_typer(profile_app, name="profile")
-app.add_typer(proxy_app, name="proxy")
-app.add_typer(image_app, name="image")
-app.registered_commands.extend(services_app.registered_commands)
+
+
+@app.callback()
+def synth() -> None:
+    """Run, evaluate and train tool-using coding agents on versioned Harbor datasets."""

@@ -5,10 +5,8 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-import uvicorn
 
 from synth_pipelines.cli.output import JSON_OPTION, console, emit, fail, user_errors
-from synth_pipelines.tinker_local.errors import UserError
 from synth_pipelines.tinker_local.names import DEFAULT_MAX_LOADED, QWEN3_TINY, SEEDED_MODEL_NAMES
 
 model_app = typer.Typer(name="model", no_args_is_help=True)
@@ -44,8 +42,11 @@ def serve(
     ] = False,
 ) -> None:
     """Serve the Tinker wire protocol for the base models until interrupted."""
+    import uvicorn
+
     from synth_pipelines.tinker_local.allocator import keep_freed_memory
     from synth_pipelines.tinker_local.app import create_app
+    from synth_pipelines.tinker_local.errors import UserError
 
     keep_freed_memory()
     names = base_model or [QWEN3_TINY]

@@ -13,9 +13,8 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from synth_pipelines.cli.json_documents import validated
 from synth_pipelines.contracts.validation_errors import describe_validation_error
-from synth_pipelines.runtime.submission import SubmissionError
+from synth_pipelines.runtime.submission_errors import SubmissionError
 
 console = Console()
 errors = Console(stderr=True)
@@ -46,8 +45,7 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     """One line on stderr; with `--json`, the `error` document on stdout as well."""
     errors.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     if _json_output.get():
-        document = validated("error", {"error": message, "exit_code": code})
-        sys.stdout.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
+        _write_document("error", {"error": message, "exit_code": code})
     raise typer.Exit(code)
 
 
@@ -65,7 +63,13 @@ def user_errors(*expected: type[Exception]) -> Iterator[None]:
 def emit(command: str, data: Any, as_json: bool, render: Callable[[], None]) -> None:
     """Print `data` as the command's documented JSON document, or render it for people."""
     if as_json:
-        document = validated(command, data)
-        sys.stdout.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
+        _write_document(command, data)
     else:
         render()
+
+
+def _write_document(command: str, data: Any) -> None:
+    # Every document model is built when this module is imported: only JSON output pays.
+    from synth_pipelines.cli.json_documents import validated
+
+    sys.stdout.write(json.dumps(validated(command, data), indent=2, sort_keys=True) + "\n")

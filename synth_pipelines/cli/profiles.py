@@ -82,13 +82,15 @@ def list_(as_json: bool = JSON_OPTION) -> None:
 
     def render() -> None:
         table = Table("profile", "engine", "role", "digest", "published")
+        for column in table.columns:
+            column.overflow = "fold"
         for row in rows:
             table.add_row(
                 row["ref"],
                 row["engine"],
                 row["role"],
-                row["digest"][:19] + "...",
-                row["created_at"][:16],
+                row["digest"],
+                row["created_at"][:16].replace("T", " "),
             )
         console.print(table)
 

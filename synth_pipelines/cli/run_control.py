@@ -5,16 +5,15 @@ from __future__ import annotations
 import time
 
 import typer
-from rich.table import Table
 
-from synth_pipelines.cli.output import JSON_OPTION, console, emit, user_errors
-from synth_pipelines.cli.runs import my_run, run_app
+from synth_pipelines.cli.output import JSON_OPTION, console, emit, errors, user_errors
+from synth_pipelines.cli.runs import EXIT_INTERRUPTED, folding_table, my_run, run_app
 from synth_pipelines.config import settings
 from synth_pipelines.control.checkpoints import run_checkpoints
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.policy_updates import UnresolvedUpdateError
 from synth_pipelines.control.runs import RunNotFoundError, get_run
-from synth_pipelines.runtime.submission import SubmissionError, read_profile
+from synth_pipelines.runtime.submission_errors import SubmissionError
 from synth_pipelines.storage.objectstore import open_object_store
 
 
@@ -28,11 +27,10 @@ def checkpoints(run_id: str = typer.Argument(...), as_json: bool = JSON_OPTION) 
     """The checkpoints a training run committed, one per batch, with their lineage; only
     the run's owner may see them."""
     engine = control_engine()
-    my_run(engine, run_id)
-    found = run_checkpoints(engine, run_id)
+    found = run_checkpoints(engine, my_run(engine, run_id).run_id)
 
     def render() -> None:
-        table = Table("batch", "sampler (use with --model)", "optimizer steps", "cursor")
+        table = folding_table("batch", "sampler (use with --model)", "optimizer steps", "cursor")
         for checkpoint in found:
             table.add_row(
                 checkpoint.batch,
@@ -51,7 +49,7 @@ def resume(run_id: str = typer.Argument(...), as_json: bool = JSON_OPTION) -> No
     from synth_pipelines.runtime.lifecycle import RunNotActiveError, resume_run
 
     engine = control_engine()
-    my_run(engine, run_id)
+    run_id = my_run(engine, run_id).run_id
     with user_errors(RunNotFoundError, RunNotActiveError, UnresolvedUpdateError):
         index = resume_run(engine, run_id)
     emit(
@@ -73,7 +71,7 @@ def cancel(
     from synth_pipelines.runtime.lifecycle import cancel_run
 
     engine = control_engine()
-    my_run(engine, run_id)
+    run_id = my_run(engine, run_id).run_id
     cancelled = cancel_run(engine, run_id, reason)
     terminated = terminate_batch_runs(run_id) if cancelled else []
     status = get_run(engine, run_id).status
@@ -97,36 +95,53 @@ def regrade(
         help="Judge profile (@file, inline JSON or org/name@version); "
         "without it the tasks' own verifiers assess the retained work again.",
     ),
-    wait: bool = typer.Option(False, "--wait", help="Wait until every batch is assessed."),
+    wait: bool = typer.Option(
+        False,
+        "--wait",
+        help="Wait until every batch is assessed: assessments done/total as a bar on stderr, "
+        "or with --json one `run progress` JSON object per line on stderr per change (kind "
+        '"regrade", attempts counting assessments, status the backfill\'s), stdout keeping '
+        "only the document. Ctrl-C stops the waiting, not the regrade (exit 130).",
+    ),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Assess a run's retained work again (a backfill of `assessments`); the actor never runs."""
-    from synth_pipelines.control.events import read_events
+    from synth_pipelines.cli.progress import ProgressDisplay, RegradeCounter
     from synth_pipelines.judging.regrade import RegradeRefusedError
     from synth_pipelines.judging.regrade_request import request_regrade
+    from synth_pipelines.runtime.submission import read_profile
     from synth_pipelines.services.dagster_graphql import DagsterUnavailableError, backfill_status
 
     engine = control_engine()
     run = my_run(engine, run_id)
+    run_id = run.run_id
     with user_errors(RegradeRefusedError, DagsterUnavailableError, SubmissionError):
         pinned = read_profile(engine, judge, "judge profile") if judge else None
         started = request_regrade(engine, _store(), run, pinned)
     status = "requested"
-    while wait:
-        done = [
-            event
-            for event in read_events(engine, run_id=run_id, kinds=("regrade.batch_assessed",))
-            if event.data.get("regrade_id") == started.regrade_id
-        ]
-        status = backfill_status(settings().dagster_url, started.backfill_id)
-        if len(done) >= started.batches or status in ("FAILED", "CANCELED", "COMPLETED_FAILED"):
-            break
-        time.sleep(2)
-    data = {
-        **started.as_dict(),
-        "backfill_status": status,
-        "dagster_url": f"{settings().dagster_url}/runs/b/{started.backfill_id}",
-    }
+    backfill_url = f"{settings().dagster_url}/runs/b/{started.backfill_id}"
+    if wait:
+        counter = RegradeCounter(engine, started)
+        try:
+            with ProgressDisplay("json" if as_json else "bar", errors) as display:
+                while True:
+                    status = backfill_status(settings().dagster_url, started.backfill_id)
+                    counts = counter.poll(status)
+                    display.show(counts)
+                    failed = status in ("FAILED", "CANCELED", "COMPLETED_FAILED")
+                    if counts.batches_done >= started.batches or failed:
+                        break
+                    time.sleep(2)
+        except KeyboardInterrupt:
+            # As `synth run start --wait`: Ctrl-C stops the waiting, never the backfill.
+            errors.print(
+                f"stopped waiting; regrade {started.regrade_id} of {run_id} goes on: follow it "
+                f"at {backfill_url}, then compare with `synth run show {run_id} --assessments`",
+                highlight=False,
+                soft_wrap=True,
+            )
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+    data = {**started.as_dict(), "backfill_status": status, "dagster_url": backfill_url}
 
     def render() -> None:
         console.print(

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import json
 import time
+from typing import TYPE_CHECKING
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
-from sqlalchemy import Engine
 
-from synth_pipelines.cli.batch_learning import learning_rows, learning_tables, learning_warnings
-from synth_pipelines.cli.json_documents import validated
 from synth_pipelines.cli.output import (
     EXIT_RUN_FAILED,
     JSON_LINES_OPTION,
@@ -22,25 +19,35 @@ from synth_pipelines.cli.output import (
     fail,
     user_errors,
 )
+from synth_pipelines.cli.progress import WAIT_HELP, ProgressDisplay, RunCounter
 from synth_pipelines.config import settings
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import RunEvent, read_events
 from synth_pipelines.control.ownership import NotOwnerError, owned_run
 from synth_pipelines.control.runs import (
+    KINDS,
+    STATUSES,
+    AmbiguousRunIdError,
     IdempotencyConflictError,
     RunNotFoundError,
     RunRecord,
     get_run,
     list_runs,
+    resolve_run_id,
 )
-from synth_pipelines.registry.datasets import DatasetError
-from synth_pipelines.runtime.results import RunResults, collect_results
-from synth_pipelines.runtime.served_models import ModelNotServedError, served_models
-from synth_pipelines.runtime.submission import Submission, submit_run
 from synth_pipelines.storage.objectstore import open_object_store
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from synth_pipelines.runtime.results import RunResults
+    from synth_pipelines.runtime.submission import Submission
 
 DEFAULT_MAX_PLATFORM_ERRORS = 0.02
 """A comparison is refused above this share of attempts the platform failed."""
+
+EXIT_INTERRUPTED = 130
+"""Ctrl-C stopped the waiting (the shell's code for SIGINT); the run goes on."""
 
 run_app = typer.Typer(help="Submit experiments and inspect their runs.", no_args_is_help=True)
 
@@ -66,6 +73,7 @@ def _run_summary(run: RunRecord) -> dict:
         "actor_digest": spec.actor.digest,
         "judge": f"{spec.judge.name}@{spec.judge.version}" if spec.judge else None,
         "model": spec.model,
+        "actor_model": spec.actor_model,
         "batches": run.batch_count,
         "idempotency_key": run.idempotency_key,
         "created_at": run.created_at.isoformat(),
@@ -92,10 +100,12 @@ def start(
     idempotency_key: str | None = typer.Option(
         None, "--idempotency-key", help="Retrying with the same key returns the same run."
     ),
-    wait: bool = typer.Option(False, "--wait", help="Follow the run until it finishes."),
+    wait: bool = typer.Option(False, "--wait", help=WAIT_HELP),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Accept an experiment and return its durable run id at once."""
+    from synth_pipelines.runtime.submission import Submission
+
     start_run(
         Submission(dataset=dataset, actor=actor, plan=plan, judge=judge, model=model),
         idempotency_key,
@@ -107,6 +117,10 @@ def start(
 def start_run(
     submission: Submission, idempotency_key: str | None, *, wait: bool, as_json: bool
 ) -> None:
+    from synth_pipelines.registry.datasets import DatasetError
+    from synth_pipelines.runtime.served_models import ModelNotServedError, served_models
+    from synth_pipelines.runtime.submission import submit_run
+
     config = settings()
     with user_errors(DatasetError, IdempotencyConflictError, ModelNotServedError):
         run, created = submit_run(
@@ -117,15 +131,7 @@ def start_run(
             models=served_models(config),
         )
     if wait:
-        run = follow_run(run.run_id, quiet=as_json)
-        show_results(run, as_json)
-        if run.status != "succeeded":
-            if run.status == "interrupted":
-                errors.print(
-                    f"run interrupted; see `synth run events {run.run_id}`, then "
-                    f"`synth run resume {run.run_id}`"
-                )
-            raise typer.Exit(EXIT_RUN_FAILED)
+        finish_waiting(wait_for_run(run.run_id, as_json), as_json)
         return
     emit(
         "run start",
@@ -139,39 +145,61 @@ def start_run(
 
 
 def my_run(engine: Engine, run_id: str) -> RunRecord:
-    """The run, if the operator (`SYNTH_OWNER`) owns it; otherwise a one-line refusal."""
-    with user_errors(RunNotFoundError, NotOwnerError):
-        return owned_run(engine, run_id, settings().owner)
+    """The run named by its whole id or a unique prefix of it, if the operator
+    (`SYNTH_OWNER`) owns it; otherwise a one-line refusal."""
+    owner = settings().owner
+    with user_errors(RunNotFoundError, AmbiguousRunIdError, NotOwnerError):
+        return owned_run(engine, resolve_run_id(engine, run_id, owner), owner)
 
 
-def follow_run(run_id: str, *, quiet: bool, poll_sec: float = 1.0) -> RunRecord:
-    """Wait for a run to finish, with a progress bar over its attempts."""
+def follow_run(run_id: str, *, as_json: bool, poll_sec: float = 1.0) -> RunRecord:
+    """Wait for a run to finish (or be interrupted), showing its progress on stderr: a bar,
+    or with `--json` a JSON line per change."""
     engine = control_engine()
     run = get_run(engine, run_id)
-    total_attempts = run.spec.task_limit * run.spec.attempts_per_task
-    if run.kind == "train":
-        total_attempts = run.batch_count * run.spec.tasks_per_batch * run.spec.attempts_per_task
-    cursor, finished = 0, 0
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=errors,
-        disable=quiet,
-        transient=True,
-    ) as progress:
-        bar = progress.add_task(f"{run_id} attempts", total=total_attempts)
+    counter = RunCounter(engine, run)
+    with ProgressDisplay("json" if as_json else "bar", errors) as display:
         while True:
-            for event in read_events(engine, run_id=run_id, after=cursor):
-                cursor = event.seq
-                if event.kind == "attempt.finished":
-                    finished += 1
-                    progress.update(bar, completed=finished)
             run = get_run(engine, run_id)
+            display.show(counter.poll(run))
             if run.finished or run.status == "interrupted":
                 return run
             time.sleep(poll_sec)
+
+
+def wait_for_run(run_id: str, as_json: bool) -> RunRecord:
+    """`follow_run`, where Ctrl-C stops the waiting and never the run: one line says how
+    to wait again, and the command exits 130."""
+    try:
+        return follow_run(run_id, as_json=as_json)
+    except KeyboardInterrupt:
+        errors.print(
+            f"stopped waiting; run {run_id} goes on: wait again with `synth run wait {run_id}`",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+def finish_waiting(run: RunRecord, as_json: bool) -> None:
+    """The finished run's results, and exit 1 unless it succeeded."""
+    show_results(run, as_json)
+    if run.status != "succeeded":
+        if run.status == "interrupted":
+            errors.print(
+                f"run interrupted; see `synth run events {run.run_id}`, then "
+                f"`synth run resume {run.run_id}`"
+            )
+        raise typer.Exit(EXIT_RUN_FAILED)
+
+
+@run_app.command("wait")
+def wait_command(run_id: str = typer.Argument(...), as_json: bool = JSON_OPTION) -> None:
+    """Follow a run already started until it finishes, with the progress of `run start
+    --wait` on stderr (JSON lines with `--json`), then print what `run show` prints.
+    Ctrl-C stops the waiting, not the run."""
+    run = my_run(control_engine(), run_id)
+    finish_waiting(wait_for_run(run.run_id, as_json), as_json)
 
 
 def _results_table(results: RunResults) -> Table:
@@ -206,6 +234,16 @@ def describe_stop(stop: dict) -> str:
 
 
 def show_results(run: RunRecord, as_json: bool) -> None:
+    from synth_pipelines.cli.batch_learning import (
+        batch_series,
+        learning_rows,
+        learning_tables,
+        learning_warnings,
+        reward_trend,
+        series_table,
+    )
+    from synth_pipelines.runtime.results import collect_results
+
     store = _store()
     engine = control_engine()
     results = collect_results(engine, store, run)
@@ -213,6 +251,7 @@ def show_results(run: RunRecord, as_json: bool) -> None:
     stop = stop_cause(engine, run)
     learning = learning_rows(engine, run.run_id) if run.kind == "train" else []
     warnings = learning_warnings(learning)
+    series = batch_series(engine, run.run_id) if run.kind == "train" else []
 
     def render() -> None:
         console.print(
@@ -222,6 +261,11 @@ def show_results(run: RunRecord, as_json: bool) -> None:
         )
         if stop is not None:
             errors.print(describe_stop(stop), highlight=False, soft_wrap=True)
+        if series:
+            console.print(series_table(series))
+            trend = reward_trend(series)
+            if trend is not None:
+                console.print(trend, highlight=False)
         console.print(_results_table(results))
         rate = "-" if summary.pass_rate is None else f"{summary.pass_rate:.1%}"
         console.print(
@@ -360,21 +404,52 @@ def show_assessments(run: RunRecord, as_json: bool) -> None:
     )
 
 
+def checked_choice(value: str | None, option: str, choices: tuple[str, ...]) -> str | None:
+    """`value` if it is one of `choices` (or not given); otherwise a one-line refusal."""
+    if value is not None and value not in choices:
+        fail(f"{option} {value!r} is not one of {', '.join(choices)}")
+    return value
+
+
+def folding_table(*headers: str, show_lines: bool = False) -> Table:
+    """A table whose cells wrap instead of being cut: every id in it can be copied whole."""
+    table = Table(*headers, show_lines=show_lines)
+    for column in table.columns:
+        column.overflow = "fold"
+    return table
+
+
 @run_app.command("list")
-def list_(limit: int = typer.Option(50, "--limit", min=1), as_json: bool = JSON_OPTION) -> None:
-    """Your recent runs (`SYNTH_OWNER`), newest first."""
-    found = list_runs(control_engine(), owner=settings().owner, limit=limit)
+def list_(
+    limit: int = typer.Option(50, "--limit", min=1),
+    kind: str | None = typer.Option(None, "--kind", help=f"Only runs of this kind: {KINDS}."),
+    status: str | None = typer.Option(
+        None, "--status", help=f"Only runs in this status: {STATUSES}."
+    ),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Your recent runs (`SYNTH_OWNER`), newest first, with the model each sampled from."""
+    found = list_runs(
+        control_engine(),
+        owner=settings().owner,
+        limit=limit,
+        kind=checked_choice(kind, "--kind", KINDS),
+        status=checked_choice(status, "--status", STATUSES),
+    )
 
     def render() -> None:
-        table = Table("run", "status", "kind", "dataset", "actor", "created")
+        # Two lines a run, so that at 80 columns the id stays on one line and the model
+        # that tells a baseline from a trained checkpoint has room.
+        table = folding_table(
+            "run / created", "status / kind", "model", "actor / dataset", show_lines=True
+        )
+        table.columns[0].no_wrap = table.columns[1].no_wrap = True
         for run in found:
             table.add_row(
-                run.run_id,
-                run.status,
-                run.kind,
-                run.spec.dataset.ref,
-                f"{run.spec.actor.name}@{run.spec.actor.version}",
-                run.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+                f"{run.run_id}\n{run.created_at:%Y-%m-%d %H:%M}",
+                f"{run.status}\n{run.kind}",
+                run.spec.actor_model or "-",
+                f"{run.spec.actor.name}@{run.spec.actor.version}\n{run.spec.dataset.ref}",
             )
         console.print(table)
 
@@ -383,6 +458,8 @@ def list_(limit: int = typer.Option(50, "--limit", min=1), as_json: bool = JSON_
 
 def _print_event(event: RunEvent, as_json: bool) -> None:
     if as_json:
+        from synth_pipelines.cli.json_documents import validated
+
         typer.echo(json.dumps(validated("run events", event.as_dict()), sort_keys=True))
     else:
         details = " ".join(f"{k}={v}" for k, v in sorted(event.data.items()))
@@ -401,7 +478,7 @@ def events(
 ) -> None:
     """Ordered run events; the seq of the last one printed is the cursor to resume from."""
     engine = control_engine()
-    my_run(engine, run_id)
+    run_id = my_run(engine, run_id).run_id
     cursor = after
     while True:
         for event in read_events(engine, run_id=run_id, after=cursor):
@@ -432,6 +509,7 @@ def compare(
     """pass@1 of two runs with 95% Wilson intervals, and Fisher's exact test. Attempts that
     were not assessed (platform or task errors) are excluded and counted."""
     from synth_pipelines.runtime.comparison import Proportion, fisher_exact
+    from synth_pipelines.runtime.results import collect_results
 
     engine = control_engine()
     store = _store()
@@ -485,7 +563,7 @@ def compare(
     }
 
     def render() -> None:
-        table = Table(
+        table = folding_table(
             "", "run", "passed/assessed", "pass@1", "95% CI (Wilson)", "excluded (platform/task)"
         )
         for label, row in zip(("baseline", "candidate"), rows, strict=True):

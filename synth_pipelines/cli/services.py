@@ -7,13 +7,6 @@ from rich.table import Table
 
 from synth_pipelines.cli.output import JSON_OPTION, console, emit, fail
 from synth_pipelines.config import settings
-from synth_pipelines.runtime.served_models import model_service_capabilities
-from synth_pipelines.services.embedded import (
-    MODEL_SERVICE,
-    embedded_services,
-    write_code_server_workspace,
-)
-from synth_pipelines.services.supervisor import ServiceStartError, log_file, start, stop
 
 services_app = typer.Typer()
 
@@ -31,6 +24,14 @@ def _create_dagster_storage(home: str) -> None:
 def up(as_json: bool = JSON_OPTION) -> None:
     """Start the embedded services unless they run: model service, proxy, Dagster code server,
     daemon and UI."""
+    from synth_pipelines.runtime.served_models import model_service_capabilities
+    from synth_pipelines.services.embedded import (
+        MODEL_SERVICE,
+        embedded_services,
+        write_code_server_workspace,
+    )
+    from synth_pipelines.services.supervisor import ServiceStartError, log_file, start
+
     config = settings()
     config.dagster_home.mkdir(parents=True, exist_ok=True)
     _create_dagster_storage(str(config.dagster_home))
@@ -70,6 +71,9 @@ def up(as_json: bool = JSON_OPTION) -> None:
 @services_app.command("down")
 def down(as_json: bool = JSON_OPTION) -> None:
     """Stop the embedded services."""
+    from synth_pipelines.services.embedded import embedded_services
+    from synth_pipelines.services.supervisor import stop
+
     config = settings()
     rows = [
         {"service": service.name, "stopped": stop(config.state_dir, service)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from synth_pipelines.cli.output import JSON_OPTION, console, emit, fail, user_errors
+from synth_pipelines.cli.progress import WAIT_HELP
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.policy_updates import (
     UnresolvedUpdateError,
@@ -36,7 +37,7 @@ def resolve_update(
     from synth_pipelines.cli.runs import my_run
 
     engine = control_engine()
-    my_run(engine, run_id)
+    run_id = my_run(engine, run_id).run_id
     with user_errors(UnresolvedUpdateError):
         if inspect:
             pending = [update.as_dict() for update in unresolved_updates(engine, run_id)]
@@ -78,7 +79,7 @@ def start(
         "whether a checkpoint's optimizer state continues",
     ),
     idempotency_key: str | None = typer.Option(None, "--idempotency-key"),
-    wait: bool = typer.Option(False, "--wait", help="Follow the run until it finishes."),
+    wait: bool = typer.Option(False, "--wait", help=WAIT_HELP),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Accept a training run: a `train` plan (batches of sampling groups, an update and a

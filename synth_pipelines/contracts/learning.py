@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
-
+# Named here too, where the learning tables' readers have always imported it from.
+from synth_pipelines.contracts.new_datum_reasons import NewDatumReason as NewDatumReason
 from synth_pipelines.contracts.table import TableRow
 
 
@@ -61,23 +61,6 @@ class DatumRow(TableRow):
     def key(self) -> tuple[str, str, int]:
         """Which datum this is, whatever order it was packed in."""
         return (self.attempt_id, self.agent_id, self.datum_index)
-
-
-class NewDatumReason(StrEnum):
-    """Why a datum after an attempt's first one started: the names a batch's
-    `new_datum_reasons` counts (`learning/packing_stats.py`) and `synth run show` shows."""
-
-    DELEGATED_AGENT = "delegated_agent"
-    """A delegated agent's first call: the agent acts in its own context, its own
-    trajectory."""
-    PROMPT_REWROTE_HISTORY = "prompt_rewrote_history"
-    """The prompt parts from the held tokens before the previous sampled completion: the
-    harness or the proxy changed earlier context (compaction, context fitting)."""
-    GENERATION_NOT_ECHOED = "generation_not_echoed"
-    """The prompt keeps the held prompt but parts inside the previous sampled completion:
-    the harness sent the assistant turn back in tokens other than the sampled ones."""
-    PROMPT_SHORTER = "prompt_shorter"
-    """The prompt agrees with the held tokens but ends before they do."""
 
 
 def same_datums(first: list[DatumRow], second: list[DatumRow]) -> bool:

@@ -10,19 +10,32 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import get_args
 
 from sqlalchemy import Engine, select, update
 from sqlalchemy.exc import IntegrityError
 
+from synth_pipelines.contracts.plan import Plan
 from synth_pipelines.contracts.run_spec import RunRequest, RunSpec
 from synth_pipelines.control.events import append_event
 from synth_pipelines.control.schema import runs
 
 TERMINAL = ("succeeded", "failed", "cancelled")
+STATUSES = ("accepted", "running", "interrupted", *TERMINAL)
+KINDS = tuple(
+    get_args(plan.model_fields["kind"].annotation)[0] for plan in get_args(get_args(Plan)[0])
+)
+"""A run's kind is its plan's: eval, execute, train, warm_start."""
+CANDIDATES_SHOWN = 10
+"""An ambiguous prefix names at most this many of the runs it matches."""
 
 
 class RunNotFoundError(LookupError):
     pass
+
+
+class AmbiguousRunIdError(LookupError):
+    """A prefix that more than one of the owner's runs starts with."""
 
 
 class IdempotencyConflictError(ValueError):
@@ -145,10 +158,47 @@ def get_run(engine: Engine, run_id: str) -> RunRecord:
     return _record(row)
 
 
-def list_runs(engine: Engine, owner: str | None = None, limit: int = 50) -> list[RunRecord]:
+def resolve_run_id(engine: Engine, text: str, owner: str) -> str:
+    """The whole id of the run `text` names: a whole id as it is (its owner is checked by
+    the caller), or a prefix that exactly one of `owner`'s runs starts with."""
+    with engine.connect() as conn:
+        if conn.execute(select(runs.c.run_id).where(runs.c.run_id == text)).first():
+            return text
+        # Only the owner's runs are candidates: a prefix must not reveal other owners' ids.
+        matches = list(
+            conn.execute(
+                select(runs.c.run_id)
+                .where(runs.c.owner == owner, runs.c.run_id.startswith(text, autoescape=True))
+                .order_by(runs.c.run_id)
+                .limit(CANDIDATES_SHOWN + 1)
+            ).scalars()
+        )
+    if len(matches) == 1 and text:
+        return matches[0]
+    if not matches or not text:
+        raise RunNotFoundError(f"no run {text!r}; `synth run list` shows the known runs")
+    shown = ", ".join(matches[:CANDIDATES_SHOWN])
+    more = " and more" if len(matches) > CANDIDATES_SHOWN else ""
+    raise AmbiguousRunIdError(
+        f"run id prefix {text!r} matches several runs: {shown}{more}; give more of the id"
+    )
+
+
+def list_runs(
+    engine: Engine,
+    owner: str | None = None,
+    limit: int = 50,
+    *,
+    kind: str | None = None,
+    status: str | None = None,
+) -> list[RunRecord]:
     query = select(runs).order_by(runs.c.created_at.desc()).limit(limit)
     if owner is not None:
         query = query.where(runs.c.owner == owner)
+    if kind is not None:
+        query = query.where(runs.c.kind == kind)
+    if status is not None:
+        query = query.where(runs.c.status == status)
     with engine.connect() as conn:
         return [_record(row) for row in conn.execute(query).all()]
 

@@ -195,6 +195,17 @@ regrades = Table(
     Index("ix_regrades_run", "run_id"),
 )
 
+batch_results = Table(
+    "batch_results",
+    metadata,
+    # One row per batch, replaced whenever its trials or assessments are stored again.
+    Column("run_id", String(40), nullable=False),
+    Column("batch_index", Integer, nullable=False),
+    Column("results_json", Text, nullable=False),
+    Column("recorded_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("run_id", "batch_index"),
+)
+
 token_revocations = Table(
     "token_revocations",
     metadata,

@@ -1,7 +1,8 @@
 """Which stored table is the current value of an asset partition.
 
 Table objects are immutable; re-materializing a partition (a regrade, a retry) adds a
-new object and a new row here, and readers take the newest row.
+new object and a new row here, and readers take the newest row. Storing a batch's trials
+or assessments also re-tallies that batch's results (`control/batch_results.py`).
 """
 
 from __future__ import annotations
@@ -12,8 +13,11 @@ import pyarrow as pa
 from sqlalchemy import Engine, insert, select
 
 from synth_pipelines.contracts.table import parquet_to_table, table_to_parquet
+from synth_pipelines.control.batch_results import BatchResults, record_batch_results
 from synth_pipelines.control.schema import asset_outputs
 from synth_pipelines.storage.objectstore import ObjectRef, ObjectStore, sha256_hex
+
+BATCH_TABLES = ("trials", "assessments")
 
 
 class TableMissingError(LookupError):
@@ -37,7 +41,22 @@ def store_table(
                 created_at=datetime.now(UTC),
             )
         )
+    if asset in BATCH_TABLES:
+        tally_batch(engine, store, partition)
     return ref
+
+
+def tally_batch(engine: Engine, store: ObjectStore, partition: str) -> BatchResults | None:
+    """Re-tally a batch from its current tables; None while it has no trials table."""
+    try:
+        trials = load_table(engine, store, "trials", partition)
+    except TableMissingError:
+        return None
+    try:
+        assessments = load_table(engine, store, "assessments", partition)
+    except TableMissingError:
+        assessments = None
+    return record_batch_results(engine, partition, trials, assessments)
 
 
 def current_table_ref(engine: Engine, asset: str, partition: str) -> ObjectRef | None:

@@ -23,6 +23,7 @@ from synth_pipelines.config import settings
 from synth_pipelines.contracts.plan import WarmStartPlan
 from synth_pipelines.contracts.run_spec import RunSpec, batch_key
 from synth_pipelines.control.checkpoints import Checkpoint, batch_checkpoint, record_checkpoint
+from synth_pipelines.control.events import record_event
 from synth_pipelines.learning.captured_demonstrations import captured_examples, captured_run
 from synth_pipelines.learning.demonstrations import (
     DemonstrationTurn,
@@ -130,6 +131,13 @@ def warm_start(
         tokens = sum(float(datum.loss_fn_inputs["weights"].to_torch().sum()) for datum in batch)
         losses.append(float(learned.result().metrics["loss:sum"]) / max(tokens, 1.0))
         stepped.result()
+        # A waiting `synth train start --wait` reads its bar from this count.
+        record_event(
+            engine,
+            spec.run_id,
+            "warm_start.step",
+            {"step": step + 1, "steps": plan.steps, "loss": losses[-1]},
+        )
         progress(step + 1, losses[-1])
     name = batch_key(spec.run_id, 0)
     state_path = client.save_state(name).result().path

@@ -6,8 +6,10 @@ different content under an existing name@version is refused.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
 from sqlalchemy import Engine, insert, select
 from sqlalchemy.exc import IntegrityError
@@ -26,6 +28,16 @@ class DatasetError(ValueError):
 
 class DatasetNotFoundError(DatasetError, LookupError):
     pass
+
+
+PublishPhase = Literal["packed", "uploaded"]
+TaskProgress = Callable[[PublishPhase, str, int, int], None]
+"""Told of each task as it is packed, then as it is uploaded: (phase, task name, done,
+total); a plain callable, so that whoever shows progress stays above this layer."""
+
+
+def _unfollowed(phase: PublishPhase, task: str, done: int, total: int) -> None:
+    """Publishing that nobody follows."""
 
 
 def discover_task_dirs(directory: Path) -> list[Path]:
@@ -102,12 +114,17 @@ def publish_dataset(
     version: str,
     owner: str,
     description: str = "",
+    on_task: TaskProgress = _unfollowed,
 ) -> tuple[DatasetVersion, bool]:
     """Record `name@version` from a directory of tasks; returns (version, created)."""
     try:
         check_name(name, "dataset")
         check_version(version, "dataset")
-        packages = [package_task(task_dir) for task_dir in discover_task_dirs(directory)]
+        task_dirs = discover_task_dirs(directory)
+        packages = []
+        for task_dir in task_dirs:
+            packages.append(package_task(task_dir))
+            on_task("packed", packages[-1].name, len(packages), len(task_dirs))
     except (TaskFormatError, ValueError) as error:
         raise DatasetError(str(error)) from None
     names = [package.name for package in packages]
@@ -120,8 +137,9 @@ def publish_dataset(
     if existing is not None:
         return _same_or_refuse(existing, digest), False
 
-    for package in packages:
+    for done, package in enumerate(packages, 1):
         store.put(package.key, package.archive)
+        on_task("uploaded", package.name, done, len(packages))
     now = datetime.now(UTC)
     try:
         with engine.begin() as conn:

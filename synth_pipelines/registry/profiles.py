@@ -67,6 +67,14 @@ def publish_profile(engine: Engine, document: dict, owner: str) -> tuple[Publish
     except ValidationError as error:
         raise ProfileError(f"invalid profile: {describe_validation_error(error)}") from None
     check_launchable(pinned.profile())
+    return register_profile(engine, pinned, owner)
+
+
+def register_profile(
+    engine: Engine, pinned: PinnedProfile, owner: str
+) -> tuple[PublishedProfile, bool]:
+    """Record a pinned profile under `name@version` once, by its digest: the same bytes
+    again are a no-op; other bytes under a registered `name@version` are refused."""
     existing = _find(engine, pinned.name, pinned.version)
     if existing is None:
         try:
@@ -92,7 +100,7 @@ def publish_profile(engine: Engine, document: dict, owner: str) -> tuple[Publish
         raise ProfileError(
             f"profile {pinned.name}@{pinned.version} is already published with digest "
             f"{existing.pinned.digest}; this document has {pinned.digest}. Published versions "
-            "are immutable: publish it under a new version"
+            "are immutable: give this one a new version"
         )
     return existing, False
 

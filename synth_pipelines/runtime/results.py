@@ -11,8 +11,15 @@ from sqlalchemy import Engine
 from synth_pipelines.contracts.assessment import Assessment, passed
 from synth_pipelines.contracts.run_spec import batch_key
 from synth_pipelines.contracts.trial import TrialOutcome
+from synth_pipelines.control.batch_results import (
+    BatchResults,
+    Tally,
+    read_batch_results,
+    tally_assessments,
+    tally_outcomes,
+)
 from synth_pipelines.control.runs import RunRecord
-from synth_pipelines.control.table_outputs import TableMissingError, load_table
+from synth_pipelines.control.table_outputs import tally_batch
 from synth_pipelines.storage.objectstore import ObjectStore
 
 REASONS_SHOWN = 5
@@ -52,38 +59,26 @@ class Summary:
         }
 
 
-def _top_reasons(errors: list[tuple[str, str | None]]) -> dict[str, int]:
-    """`class: reason` -> count, the most common first; reasons are cut to their first line."""
-    counts = Counter(f"{kind}: {(reason or '').splitlines()[0][:300]}" for kind, reason in errors)
-    return dict(counts.most_common(REASONS_SHOWN))
+def summary_of(tally: Tally) -> Summary:
+    """The summary of a tally, with its most common error reasons first."""
+    return Summary(
+        attempts=tally.attempts,
+        assessed=tally.assessed,
+        passed=tally.passed,
+        platform_errors=tally.platform_errors,
+        task_errors=tally.task_errors,
+        mean_reward=tally.reward_sum / tally.assessed if tally.assessed else None,
+        error_reasons=dict(Counter(tally.error_reasons).most_common(REASONS_SHOWN)),
+    )
 
 
 def summarize(assessments: list[Assessment]) -> Summary:
-    rewards = [a.reward for a in assessments if a.valid and a.reward is not None]
-    errors = [(a.error_class or "task", a.reason) for a in assessments if not a.valid]
-    return Summary(
-        attempts=len(assessments),
-        assessed=len(rewards),
-        passed=sum(passed(r) for r in rewards),
-        platform_errors=sum(kind == "platform" for kind, _ in errors),
-        task_errors=sum(kind == "task" for kind, _ in errors),
-        mean_reward=sum(rewards) / len(rewards) if rewards else None,
-        error_reasons=_top_reasons(errors),
-    )
+    return summary_of(tally_assessments(assessments))
 
 
 def summarize_unscored(outcomes: list[TrialOutcome]) -> Summary:
     """Actor-only execution: nothing is assessed; errors are counted as for evaluations."""
-    errors = [(o.error_class, o.error_reason) for o in outcomes if o.error_class is not None]
-    return Summary(
-        attempts=len(outcomes),
-        assessed=0,
-        passed=0,
-        platform_errors=sum(kind == "platform" for kind, _ in errors),
-        task_errors=sum(kind == "task" for kind, _ in errors),
-        mean_reward=None,
-        error_reasons=_top_reasons(errors),
-    )
+    return summary_of(tally_outcomes(outcomes))
 
 
 @dataclass
@@ -117,42 +112,30 @@ class RunResults:
     batches_done: int
 
 
-def _batch_tables(
-    engine: Engine, store: ObjectStore, run: RunRecord
-) -> Iterator[tuple[list[TrialOutcome], list[Assessment]]]:
+def _batches(engine: Engine, store: ObjectStore, run: RunRecord) -> Iterator[BatchResults]:
+    """The run's tallied batches in order, up to the first one without trials. A batch
+    stored before tallies were kept is tallied now, once."""
+    tallied = read_batch_results(engine, run.run_id)
     for index in range(run.batch_count):
-        key = batch_key(run.run_id, index)
-        try:
-            outcomes = TrialOutcome.from_table(load_table(engine, store, "trials", key))
-        except TableMissingError:
+        batch = tallied.get(index) or tally_batch(engine, store, batch_key(run.run_id, index))
+        if batch is None:
             return
-        try:
-            judged = Assessment.from_table(load_table(engine, store, "assessments", key))
-        except TableMissingError:
-            judged = []
-        yield outcomes, judged
+        yield batch
 
 
 def collect_results(engine: Engine, store: ObjectStore, run: RunRecord) -> RunResults:
     by_task: dict[str, TaskResult] = {}
-    all_assessments: list[Assessment] = []
-    all_outcomes: list[TrialOutcome] = []
+    outcomes, assessments = Tally(), Tally()
     batches = 0
-    for outcomes, judged in _batch_tables(engine, store, run):
+    for batch in _batches(engine, store, run):
         batches += 1
-        all_outcomes.extend(outcomes)
-        reward_of = {a.attempt_id: a.reward for a in judged}
-        for outcome in outcomes:
-            result = by_task.setdefault(outcome.task_name, TaskResult(outcome.task_name))
-            result.attempts += 1
-            result.rewards.append(reward_of.get(outcome.attempt_id))
-            result.trial_keys.append(outcome.trial_key)
-            if outcome.error_class:
-                result.failures.append(
-                    f"{outcome.attempt_id}: {outcome.error_class} error: {outcome.error_reason}"
-                )
-            elif outcome.exception_type:
-                result.failures.append(f"{outcome.attempt_id}: {outcome.exception_type}")
-        all_assessments.extend(judged)
-    summary = summarize(all_assessments) if all_assessments else summarize_unscored(all_outcomes)
+        outcomes += batch.outcomes
+        assessments += batch.assessments
+        for task in batch.tasks:
+            result = by_task.setdefault(task.task_name, TaskResult(task.task_name))
+            result.attempts += task.attempts
+            result.rewards.extend(task.rewards)
+            result.trial_keys.extend(task.trial_keys)
+            result.failures.extend(task.failures)
+    summary = summary_of(assessments if assessments.attempts else outcomes)
     return RunResults(list(by_task.values()), summary, batches)

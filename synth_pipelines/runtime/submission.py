@@ -26,12 +26,14 @@ from synth_pipelines.control.ownership import (
 )
 from synth_pipelines.control.runs import RunRecord, accept_run
 from synth_pipelines.registry.datasets import get_dataset
-from synth_pipelines.registry.profiles import ProfileError, check_launchable, get_profile
+from synth_pipelines.registry.profiles import (
+    ProfileError,
+    check_launchable,
+    get_profile,
+    register_profile,
+)
 from synth_pipelines.runtime.served_models import ModelNotServedError
-
-
-class SubmissionError(ValueError):
-    """A submitted argument that cannot be used; the message says which and why."""
+from synth_pipelines.runtime.submission_errors import SubmissionError
 
 
 @dataclass(frozen=True)
@@ -193,6 +195,19 @@ def require_served(request: RunRequest, models: ModelCheck) -> None:
                 raise SubmissionError(f"{role} model: {error}") from None
 
 
+def register_profiles(engine: Engine, request: RunRequest) -> None:
+    """Record the run's actor and judge in the profile registry, so `synth profile show`
+    answers for every profile a run names, whether it came as a file, inline JSON or a
+    published version (which is already there: a no-op)."""
+    for what, pinned in (("actor", request.actor), ("judge", request.judge)):
+        if pinned is None:
+            continue
+        try:
+            register_profile(engine, pinned, request.owner)
+        except ProfileError as error:
+            raise SubmissionError(f"{what} profile: {error}") from None
+
+
 def submit_run(
     engine: Engine,
     submission: Submission,
@@ -205,6 +220,9 @@ def submit_run(
     """Accept the submission as a run; returns (run, created). A known key returns its run
     without asking again whether its model is served."""
     request = build_run_request(engine, submission, owner, base_dir)
-    return accept_run(
-        engine, request, idempotency_key, before_create=lambda: require_served(request, models)
-    )
+
+    def before_create() -> None:
+        require_served(request, models)
+        register_profiles(engine, request)
+
+    return accept_run(engine, request, idempotency_key, before_create=before_create)

@@ -1,0 +1,295 @@
+"""How fast the CLI answers: `synth --help` and `synth run list` (CPU seconds of the child)
+and `synth run show RUN --json` (wall p50/p99) on a run of 10,000 attempts, for this tree
+and for a baseline commit checked out beside it, on the same control database.
+
+The run is recorded through the platform's own functions: a published dataset of trivial
+tasks, a run accepted as `synth run start` accepts it, and each batch's trials and
+assessments stored as the batch's assets store them. Both trees are byte-compiled first
+and run with this interpreter, each with PYTHONPATH pointing at its own tree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sqlalchemy import Engine
+
+from benchmarks.trivial_tasks import task_name, write_task
+from synth_pipelines.config import settings
+from synth_pipelines.contracts.assessment import Assessment
+from synth_pipelines.contracts.profile import PinnedProfile
+from synth_pipelines.contracts.run_spec import DatasetPin, RunRequest, batch_key
+from synth_pipelines.contracts.trial import TrialOutcome
+from synth_pipelines.control.database import control_engine
+from synth_pipelines.control.runs import RunRecord, accept_run
+from synth_pipelines.control.table_outputs import store_table
+from synth_pipelines.registry.datasets import get_dataset, publish_dataset
+from synth_pipelines.storage.objectstore import ObjectStore, open_object_store
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+BASELINE = "21b08e3713211ebd2476ce3bf3083983d0dbe426"
+"""The commit before the per-batch tallies and the lazy CLI imports."""
+
+
+def _isolated_state(state_dir: Path) -> None:
+    """The CLI children inherit this: a SQLite control database and a local object store."""
+    os.environ["SYNTH_DATA_DIR"] = str(state_dir)
+    os.environ.pop("SYNTH_DATABASE_URL", None)
+    os.environ.pop("SYNTH_OBJECT_STORE_URL", None)
+
+
+def _record_run(work: Path, batches: int, attempts: int) -> str:
+    """An evaluation with every batch stored: `batches` tasks, one per batch, `attempts`
+    attempts each."""
+    for index in range(batches):
+        write_task(work / "dataset", index)
+    engine, store = control_engine(), open_object_store(settings().objects_url)
+    publish_dataset(engine, store, work / "dataset", "bench/lines", "v1", settings().owner)
+    dataset = get_dataset(engine, "bench/lines@v1")
+    profile = json.loads((PROJECT_ROOT / "profiles" / "oracle.json").read_text())
+    request = RunRequest(
+        owner=settings().owner,
+        dataset=DatasetPin(
+            name=dataset.name,
+            version=dataset.version,
+            digest=dataset.digest,
+            task_count=dataset.task_count,
+        ),
+        actor=PinnedProfile.from_document(profile),
+        plan={"kind": "eval", "attempts_per_task": attempts, "tasks_per_batch": 1},
+    )
+    run = accept_run(engine, request)[0]
+    for index in range(batches):
+        key = batch_key(run.run_id, index)
+        outcomes = [_outcome(run, key, index, attempt) for attempt in range(attempts)]
+        _store_batch(engine, store, key, outcomes)
+    return run.run_id
+
+
+def _outcome(run: RunRecord, key: str, index: int, attempt: int) -> TrialOutcome:
+    # One attempt in ten fails on the platform, so that error reasons are counted too.
+    error = f"sandbox start failed on worker {attempt % 3}" if attempt % 10 == 9 else None
+    now = datetime.now(UTC)
+    return TrialOutcome(
+        run_id=run.run_id,
+        batch=key,
+        attempt_id=f"{key}.t{index:05d}.a{attempt:03d}",
+        group_index=0,
+        attempt_index=attempt,
+        task_position=index,
+        task_name=task_name(index),
+        task_digest="sha256:" + "0" * 64,
+        trial_name=f"{task_name(index)}__{attempt:03d}",
+        trial_id=f"{key}-{attempt:03d}",
+        actor_digest=run.spec.actor.digest,
+        effective_model=None,
+        status="error" if error else "completed",
+        rewards_json=None if error else json.dumps({"reward": float(attempt % 2)}),
+        rationale=None,
+        exception_type="SandboxError" if error else None,
+        exception_message=error,
+        error_class="platform" if error else None,
+        error_reason=error,
+        trial_key=f"runs/{run.run_id}/trials/{key}/{attempt:03d}.tar.gz",
+        trial_sha256="0" * 64,
+        artifacts_digest=None,
+        started_at=now,
+        finished_at=now,
+        duration_sec=1.0,
+    )
+
+
+def _store_batch(
+    engine: Engine, store: ObjectStore, key: str, outcomes: list[TrialOutcome]
+) -> None:
+    """The trials, then the verifier's assessments, as the batch's assets store them."""
+    store_table(engine, store, "trials", key, TrialOutcome.to_table(outcomes))
+    judged = [
+        Assessment(
+            assessment_id=f"{o.attempt_id}.verifier",
+            run_id=o.run_id,
+            batch=o.batch,
+            attempt_id=o.attempt_id,
+            task_name=o.task_name,
+            assessor="verifier",
+            assessor_digest="sha256:" + "1" * 64,
+            source_trial_id=o.trial_id,
+            artifacts_digest=None,
+            reward=None if o.error_class else json.loads(o.rewards_json)["reward"],
+            rewards_json=o.rewards_json,
+            valid=o.error_class is None,
+            error_class=o.error_class,
+            reason=o.error_reason,
+            rationale=None,
+            assessed_at=o.finished_at,
+        )
+        for o in outcomes
+    ]
+    store_table(engine, store, "assessments", key, Assessment.to_table(judged))
+
+
+def _baseline_tree(commit: str, into: Path) -> Path:
+    tree = into / "baseline"
+    subprocess.run(
+        ["git", "-C", str(PROJECT_ROOT), "worktree", "add", "--detach", str(tree), commit],
+        check=True,
+        capture_output=True,
+    )
+    return tree
+
+
+def _remove_tree(tree: Path) -> None:
+    subprocess.run(
+        ["git", "-C", str(PROJECT_ROOT), "worktree", "remove", "--force", str(tree)],
+        check=True,
+        capture_output=True,
+    )
+
+
+def _compile(tree: Path) -> None:
+    for package in ("synth_pipelines", "assets", "resources"):
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / package)], check=True)
+
+
+@dataclass(frozen=True)
+class Timing:
+    wall_sec: float
+    cpu_sec: float
+    stdout: bytes
+
+
+def _synth(tree: Path, args: list[str]) -> Timing:
+    """One `synth` command from `tree`, with its own CPU time from wait4's rusage."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    started = time.perf_counter()
+    with tempfile.TemporaryFile() as out:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "synth_pipelines.cli", *args],
+            cwd=tree,
+            env=env,
+            stdout=out,
+            stderr=subprocess.DEVNULL,
+        )
+        _, status, usage = os.wait4(child.pid, 0)
+        wall = time.perf_counter() - started
+        child.returncode = os.waitstatus_to_exitcode(status)
+        if child.returncode != 0:
+            raise RuntimeError(f"synth {' '.join(args)} in {tree} exited {child.returncode}")
+        out.seek(0)
+        return Timing(wall, usage.ru_utime + usage.ru_stime, out.read())
+
+
+def _which_tree(tree: Path) -> Path:
+    """Where the child's package comes from, so a baseline cannot silently run this tree."""
+    found = subprocess.run(
+        [sys.executable, "-c", "import synth_pipelines; print(synth_pipelines.__file__)"],
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree)},
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return Path(found.stdout.strip()).resolve().parent.parent
+
+
+def _percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
+
+
+def _measure(trees: dict[str, Path], run_id: str, reps: int) -> dict[str, dict]:
+    """Each repetition runs every command in every tree in turn, so that both trees'
+    numbers see the same moments of a shared host."""
+    commands = {
+        "help": ["--help"],
+        "list": ["run", "list"],
+        "show": ["run", "show", run_id, "--json"],
+    }
+    timings: dict[str, dict[str, list[Timing]]] = {
+        name: {c: [] for c in commands} for name in trees
+    }
+    for _ in range(reps):
+        for command, args in commands.items():
+            for name, tree in trees.items():
+                timings[name][command].append(_synth(tree, args))
+    measured = {}
+    for name, by_command in timings.items():
+        walls = [show.wall_sec for show in by_command["show"]]
+        measured[name] = {
+            "help_cpu": statistics.median(t.cpu_sec for t in by_command["help"]),
+            "list_cpu": statistics.median(t.cpu_sec for t in by_command["list"]),
+            "show_p50": _percentile(walls, 0.5),
+            "show_p99": _percentile(walls, 0.99),
+            "show_cpu": statistics.median(t.cpu_sec for t in by_command["show"]),
+            "document": json.loads(by_command["show"][-1].stdout),
+        }
+    return measured
+
+
+def _same_results(current: dict, baseline: dict) -> bool:
+    fields = ("summary", "batches_done", "tasks")
+    return all(current[name] == baseline[name] for name in fields)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline", default=BASELINE, help="Commit to compare against.")
+    parser.add_argument("--batches", type=int, default=100)
+    parser.add_argument("--attempts", type=int, default=100, help="Attempts per batch.")
+    parser.add_argument("--reps", type=int, default=20)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="cli-speed-") as temp:
+        work = Path(temp)
+        _isolated_state(work / "state")
+        started = time.perf_counter()
+        run_id = _record_run(work, args.batches, args.attempts)
+        print(
+            f"recorded {run_id}: {args.batches} batches x {args.attempts} attempts "
+            f"in {time.perf_counter() - started:.1f}s"
+        )
+        baseline = _baseline_tree(args.baseline, work)
+        try:
+            for tree in (PROJECT_ROOT, baseline):
+                if _which_tree(tree) != tree.resolve():
+                    raise RuntimeError(f"{tree} does not import its own synth_pipelines")
+                _compile(tree)
+            measured = _measure({"current": PROJECT_ROOT, "baseline": baseline}, run_id, args.reps)
+        finally:
+            _remove_tree(baseline)
+
+    current, base = measured["current"], measured["baseline"]
+    print(f"baseline: {args.baseline}; {args.reps} repetitions each")
+    rows = (
+        ("synth --help CPU s (median)", "help_cpu", 0.7),
+        ("synth run list CPU s (median)", "list_cpu", 0.7),
+        ("synth run show --json wall s p50", "show_p50", 0.3),
+        ("synth run show --json wall s p99", "show_p99", None),
+        ("synth run show --json CPU s (median)", "show_cpu", None),
+    )
+    for label, key, target in rows:
+        verdict = (
+            ""
+            if target is None
+            else f"  target < {target}: " + ("met" if current[key] < target else "missed")
+        )
+        print(
+            f"{label:40s} current {current[key]:.3f}  baseline {base[key]:.3f}  "
+            f"ratio {current[key] / base[key]:.2f}{verdict}"
+        )
+    same = _same_results(current["document"], base["document"])
+    print(f"run show --json: same summary, batches and tasks in both trees: {same}")
+
+
+if __name__ == "__main__":
+    main()

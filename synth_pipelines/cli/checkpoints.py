@@ -1,0 +1,129 @@
+"""`synth checkpoint list|show`: a checkpoint's lineage, from its producing batch to the
+runs that sampled through it since."""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+
+from synth_pipelines.cli.output import JSON_OPTION, console, emit, user_errors
+from synth_pipelines.config import settings
+from synth_pipelines.control.checkpoint_lineage import (
+    CheckpointLineage,
+    CheckpointNotFoundError,
+    checkpoint_lineage,
+    owner_checkpoints,
+    resolve_checkpoint,
+)
+from synth_pipelines.control.database import control_engine
+from synth_pipelines.control.ownership import NotOwnerError, owned_run
+from synth_pipelines.control.runs import RunNotFoundError
+from synth_pipelines.storage.objectstore import open_object_store
+
+checkpoint_app = typer.Typer(
+    help="Checkpoints: what produced each one, and what sampled through it since.",
+    no_args_is_help=True,
+)
+
+
+def _whole_ids_table(*columns: str) -> Table:
+    """Ids fold onto more lines rather than being cut: a cut id cannot be pasted back."""
+    table = Table(*columns)
+    for column in table.columns:
+        column.overflow = "fold"
+    return table
+
+
+@checkpoint_app.command("list")
+def list_checkpoints(
+    run_id: str | None = typer.Option(None, "--run", help="Only the checkpoints of this run."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Your checkpoints, oldest first; the id is what `--model` and `checkpoint show` take."""
+    engine, owner = control_engine(), settings().owner
+    if run_id is not None:
+        with user_errors(RunNotFoundError, NotOwnerError):
+            owned_run(engine, run_id, owner)
+    found = owner_checkpoints(engine, owner, run_id)
+
+    def render() -> None:
+        table = _whole_ids_table("id", "run / batch", "steps", "base model", "created")
+        for checkpoint in found:
+            table.add_row(
+                checkpoint.sampler_path,
+                checkpoint.batch,
+                str(checkpoint.optimizer_steps),
+                checkpoint.base_model,
+                f"{checkpoint.created_at:%Y-%m-%d %H:%M:%S}",
+            )
+        console.print(table)
+
+    emit("checkpoint list", [checkpoint.as_dict() for checkpoint in found], as_json, render)
+
+
+def lineage_document(lineage: CheckpointLineage) -> dict:
+    return {
+        "checkpoint": lineage.checkpoint.as_dict(),
+        "update": lineage.update.as_dict() if lineage.update else None,
+        "groups": [group.__dict__ for group in lineage.groups],
+        "selected_by": [
+            {**selection.__dict__, "policy_batches": list(selection.policy_batches)}
+            for selection in lineage.selections
+        ],
+    }
+
+
+def _render(lineage: CheckpointLineage) -> None:
+    checkpoint, update = lineage.checkpoint, lineage.update
+    console.print(f"[bold]{checkpoint.sampler_path}[/]", soft_wrap=True)
+    console.print(
+        f"produced by run {checkpoint.run_id}, batch {checkpoint.batch} "
+        f"(update {update.status if update else 'not recorded'}, "
+        f"{update.datums if update else 0} datums); base model {checkpoint.base_model}; "
+        f"{checkpoint.optimizer_steps} optimizer steps; dataset cursor {checkpoint.dataset_cursor}"
+    )
+    console.print(f"trainer state {checkpoint.state_path}", soft_wrap=True)
+    selected = _whole_ids_table("run", "kind", "status", "as --model", "policy of batches")
+    for selection in lineage.selections:
+        selected.add_row(
+            selection.run_id,
+            selection.kind,
+            selection.status,
+            "yes" if selection.as_model else "no",
+            ", ".join(selection.policy_batches) or "-",
+        )
+    console.print("selected by" if lineage.selections else "selected by no run yet")
+    if lineage.selections:
+        console.print(selected)
+    groups = _whole_ids_table("batch", "group", "task", "attempts", "mean reward", "qualified")
+    for group in lineage.groups:
+        qualified = "-" if group.qualified is None else "yes" if group.qualified else "no"
+        groups.add_row(
+            group.batch,
+            str(group.group_index),
+            group.task_name,
+            str(group.attempts),
+            "-" if group.mean_reward is None else f"{group.mean_reward:.2f}",
+            f"{qualified} ({group.exclusion})" if group.exclusion else qualified,
+        )
+    console.print(f"sampling groups recorded against it: {len(lineage.groups)}")
+    if lineage.groups:
+        console.print(groups)
+
+
+@checkpoint_app.command("show")
+def show(
+    checkpoint_id: str = typer.Argument(
+        ..., metavar="CKPT", help="The checkpoint's tinker:// path, or a unique prefix or suffix."
+    ),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """One checkpoint: its producing run and batch, base model and optimizer steps, the
+    sampling groups recorded against it, and every run that selected it."""
+    engine = control_engine()
+    with user_errors(CheckpointNotFoundError):
+        checkpoint = resolve_checkpoint(engine, settings().owner, checkpoint_id)
+    config = settings()
+    store = open_object_store(config.objects_url, endpoint_url=config.s3_endpoint_url)
+    lineage = checkpoint_lineage(engine, store, checkpoint)
+    emit("checkpoint show", lineage_document(lineage), as_json, lambda: _render(lineage))

@@ -1,0 +1,267 @@
+"""Live progress of a long command: a run's (or a regrade's) counts, read from the control
+database, or a dataset's tasks as they are published, shown as a bar on stderr, or with
+`--json` as JSON lines on stderr so that stdout keeps only the command's documented document.
+
+Counts come from the run's events, read after a cursor, so each poll reads only what
+happened since the last one: `batch.started`/`batch.completed` (batches),
+`attempt.finished` (attempts and passes), `update.acknowledged`/`batch.no_signal` (the last
+batch's reward mean and whether its optimizer step was applied) and `warm_start.step` (a
+warm start's supervised steps). A regrade counts its `regrade.batch_assessed` events
+against the attempts its run's batches recorded."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass, field
+from types import TracebackType
+from typing import TYPE_CHECKING, ClassVar, Literal, Protocol
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from synth_pipelines.control.events import read_events
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from synth_pipelines.control.regrades import Regrade
+    from synth_pipelines.control.runs import RunRecord
+    from synth_pipelines.registry.datasets import PublishPhase
+
+ProgressMode = Literal["bar", "json", "off"]
+
+WAIT_HELP = (
+    "Follow the run until it finishes: a progress bar on stderr, or with --json one "
+    "`run progress` JSON object per line on stderr per change (`synth schema 'run "
+    "progress'`), stdout keeping only the document. Ctrl-C stops the waiting, not the run "
+    "(exit 130); `synth run wait RUN_ID` waits again."
+)
+
+
+class Shown(Protocol):
+    """Something a `ProgressDisplay` shows: a JSON line of a documented shape, or a bar."""
+
+    document: ClassVar[str]
+
+    def as_dict(self) -> dict: ...
+
+    def bar(self) -> tuple[str, int, int]:
+        """The bar's description, and how far it is filled: done, total."""
+        ...
+
+
+@dataclass
+class RunProgress:
+    """What a run has done so far; the fields of the `run progress` JSON lines."""
+
+    document: ClassVar[str] = "run progress"
+    run_id: str
+    kind: str
+    status: str
+    batches_done: int
+    batches_total: int
+    attempts_done: int = 0
+    attempts_total: int = 0
+    passed: int = 0
+    reward_mean: float | None = None
+    """The last batch whose update is recorded: its attempts' mean reward."""
+    step_applied: bool | None = None
+    """Whether that batch's optimizer step was applied (None before any update)."""
+    steps_done: int | None = None
+    steps_total: int | None = None
+    """A warm start's supervised steps (None for other runs)."""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def bar(self) -> tuple[str, int, int]:
+        unit, done, total = _measure(self)
+        return f"{_description(self)} · {unit}", done, total
+
+
+@dataclass
+class PublishProgress:
+    """A dataset's task just packed or uploaded; the fields of `dataset publish progress`."""
+
+    document: ClassVar[str] = "dataset publish progress"
+
+    dataset: str
+    phase: PublishPhase
+    task: str
+    done: int
+    total: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def bar(self) -> tuple[str, int, int]:
+        return f"{self.dataset} · tasks {self.phase}", self.done, self.total
+
+
+def _attempts_total(run: RunRecord) -> int:
+    spec = run.spec
+    if run.kind == "warm_start":
+        return 0
+    if run.kind == "train":
+        return run.batch_count * spec.tasks_per_batch * spec.attempts_per_task
+    return spec.task_limit * spec.attempts_per_task
+
+
+@dataclass
+class RunCounter:
+    """Keeps a run's counts current by reading only the events after its cursor."""
+
+    engine: Engine
+    run: RunRecord
+    cursor: int = 0
+    progress: RunProgress = field(init=False)
+
+    def __post_init__(self) -> None:
+        run = self.run
+        self.progress = RunProgress(
+            run_id=run.run_id,
+            kind=run.kind,
+            status=run.status,
+            batches_done=0,
+            batches_total=run.batch_count,
+            attempts_total=_attempts_total(run),
+        )
+        if run.kind == "warm_start":
+            self.progress.steps_done, self.progress.steps_total = 0, run.spec.plan.steps
+
+    def poll(self, run: RunRecord) -> RunProgress:
+        """The counts after every event recorded so far, with the run's current status."""
+        while events := read_events(self.engine, run_id=run.run_id, after=self.cursor):
+            for event in events:
+                self.cursor = event.seq
+                self._count(event.kind, event.data)
+        self.progress.status = run.status
+        return self.progress
+
+    def _count(self, kind: str, data: dict) -> None:
+        from synth_pipelines.cli.batch_learning import event_reward
+        from synth_pipelines.contracts.assessment import passed
+
+        counts = self.progress
+        if kind == "batch.completed":
+            counts.batches_done += 1
+        elif kind == "attempt.finished":
+            counts.attempts_done += 1
+            reward = event_reward(data.get("rewards"))
+            counts.passed += passed(reward)
+        elif kind == "update.acknowledged":
+            counts.reward_mean = data.get("reward_mean")
+            counts.step_applied = bool(data.get("optimizer_step"))
+        elif kind == "batch.no_signal":
+            counts.step_applied = False
+        elif kind == "warm_start.step":
+            counts.steps_done = data["step"]
+
+
+@dataclass
+class RegradeCounter:
+    """A regrade's counts: its assessed batches and their assessments, read after a cursor,
+    against every attempt its run's batches recorded. A batch assessed again (a retried
+    partition) replaces its earlier count."""
+
+    engine: Engine
+    regrade: Regrade
+    cursor: int = 0
+    assessed: dict[str, dict] = field(default_factory=dict)
+    attempts_total: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        from synth_pipelines.control.batch_results import read_batch_results
+
+        # A regrade starts once every batch's trials are stored: their tally is final.
+        tallies = read_batch_results(self.engine, self.regrade.run_id).values()
+        self.attempts_total = sum(tally.outcomes.attempts for tally in tallies)
+
+    def poll(self, status: str) -> RunProgress:
+        """The counts after every assessed batch recorded so far, with the backfill's status."""
+        kinds = ("regrade.batch_assessed",)
+        run_id = self.regrade.run_id
+        while events := read_events(self.engine, run_id=run_id, after=self.cursor, kinds=kinds):
+            for event in events:
+                self.cursor = event.seq
+                if event.data.get("regrade_id") == self.regrade.regrade_id:
+                    self.assessed[event.data["batch"]] = event.data
+        return RunProgress(
+            run_id=run_id,
+            kind="regrade",
+            status=status,
+            batches_done=len(self.assessed),
+            batches_total=self.regrade.batches,
+            attempts_done=sum(data["attempts"] for data in self.assessed.values()),
+            attempts_total=self.attempts_total,
+            passed=sum(data["passed"] for data in self.assessed.values()),
+        )
+
+
+def _description(counts: RunProgress) -> str:
+    parts = [counts.run_id, f"batches {counts.batches_done}/{counts.batches_total}"]
+    if counts.attempts_total:
+        parts.append(f"passed {counts.passed}")
+    if counts.reward_mean is not None:
+        step = "applied" if counts.step_applied else "NOT applied"
+        parts.append(f"last reward {counts.reward_mean:.3f}, step {step}")
+    return " · ".join(parts)
+
+
+class ProgressDisplay:
+    """One job: show successive counts. `bar`: a rich bar on `console` (stderr): for a run,
+    over the warm start's steps for a warm start, otherwise over attempts (or batches where
+    no attempt is counted); for a publish, over its tasks; `json`: one JSON line of the
+    counts' document on stderr per change; `off`: nothing."""
+
+    def __init__(self, mode: ProgressMode, console: Console) -> None:
+        self.mode = mode
+        self._last: dict | None = None
+        self._bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            disable=mode != "bar",
+            transient=True,
+        )
+        self._task = self._bar.add_task("", total=None)
+
+    def __enter__(self) -> ProgressDisplay:
+        self._bar.__enter__()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._bar.__exit__(kind, error, traceback)
+
+    def show(self, counts: Shown) -> None:
+        from synth_pipelines.cli.json_documents import validated
+
+        document = validated(counts.document, counts.as_dict())
+        if document == self._last:
+            return
+        self._last = document
+        if self.mode == "json":
+            sys.stderr.write(json.dumps(document, sort_keys=True) + "\n")
+            sys.stderr.flush()
+        elif self.mode == "bar":
+            description, done, total = counts.bar()
+            self._bar.update(self._task, description=description, completed=done, total=total)
+
+
+def _measure(counts: RunProgress) -> tuple[str, int, int]:
+    """What the bar fills with: a warm start's steps, else attempts (a regrade's
+    assessments), else batches."""
+    if counts.steps_total is not None:
+        return "steps", counts.steps_done or 0, counts.steps_total
+    if counts.attempts_total:
+        unit = "assessments" if counts.kind == "regrade" else "attempts"
+        return unit, counts.attempts_done, counts.attempts_total
+    return "batches", counts.batches_done, counts.batches_total

@@ -1,0 +1,35 @@
+"""The `state` fixture's platform state, for a whole test module: several tests read the
+same runs, and running them once keeps the module fast."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from synth_pipelines.config import settings
+from synth_pipelines.control.database import engine_for
+from tests.conftest import PROJECT_ROOT
+
+
+@contextmanager
+def module_state(tmp_path: Path) -> Iterator[Path]:
+    """An empty control database, object store, work dir and Dagster home under `tmp_path`."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(PROJECT_ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SYNTH_DATA_DIR", str(tmp_path / "state"))
+        patch.setenv("DAGSTER_HOME", str(home))
+        patch.delenv("SYNTH_DATABASE_URL", raising=False)
+        patch.delenv("SYNTH_OBJECT_STORE_URL", raising=False)
+        settings.cache_clear()
+        engine_for.cache_clear()
+        try:
+            yield tmp_path / "state"
+        finally:
+            settings.cache_clear()
+            engine_for.cache_clear()

@@ -1,0 +1,68 @@
+"""The built-in agent writes Harbor's trajectory (ATIF) beside its log: every tool call
+with its output, so `harbor view` shows the attempt; its JSON log keeps working."""
+
+import json
+
+import pytest
+from harbor.models.trajectories import Trajectory
+
+from tests.agent_runs import (
+    evaluate,
+    one_task_dataset,
+    profile_document,
+    restored_trial,
+    trial_outcomes,
+)
+from tests.live_services import platform, set_script
+
+FAILING_THEN_WRITING = [
+    {
+        "match": "exit code 3",
+        "completion": '<tool_call>\n{"name": "write_file", "arguments": '
+        '{"path": "VERSION", "content": "1.4.0\\n"}}\n</tool_call>',
+    },
+    {"match": "wrote", "completion": "VERSION is written.", "repeat": True},
+    {
+        "completion": '<tool_call>\n{"name": "bash", "arguments": '
+        '{"command": "exit 3"}}\n</tool_call>'
+    },
+]
+
+
+@pytest.mark.slow
+def test_builtin_agent_writes_a_harbor_trajectory_with_tool_outputs(state, tmp_path, monkeypatch):
+    with platform(monkeypatch) as (model_url, _proxy):
+        set_script(model_url, FAILING_THEN_WRITING)
+        run = evaluate(
+            one_task_dataset(tmp_path, "update-version-file"), profile_document("builtin.json")
+        )
+        (outcome,) = trial_outcomes(run)
+    assert outcome.exception_type is None, outcome.exception_message
+    agent_dir = restored_trial(outcome, tmp_path / "restored") / "agent"
+    trajectory = Trajectory.model_validate_json((agent_dir / "trajectory.json").read_text())
+    assert [step.source for step in trajectory.steps] == [
+        "system",
+        "user",
+        "agent",
+        "agent",
+        "agent",
+    ]
+    assert trajectory.agent.name == "synth-builtin"
+    assert {tool["name"] for tool in trajectory.agent.tool_definitions} == {"bash", "write_file"}
+    failing, writing, closing = trajectory.steps[2:]
+    (call,) = failing.tool_calls
+    assert (call.function_name, call.arguments) == ("bash", {"command": "exit 3"})
+    (result,) = failing.observation.results
+    assert result.source_call_id == call.tool_call_id
+    assert result.content.startswith("exit code 3") and result.extra == {"is_error": True}
+    (written,) = writing.observation.results
+    assert written.content == "wrote 6 characters to VERSION"
+    assert closing.tool_calls is None and closing.message == "VERSION is written."
+    for step in trajectory.steps[2:]:
+        assert step.metrics.prompt_tokens > 0 and step.metrics.completion_tokens > 0
+    assert trajectory.final_metrics.total_completion_tokens == sum(
+        step.metrics.completion_tokens for step in trajectory.steps[2:]
+    )
+    log = [json.loads(line) for line in (agent_dir / "builtin.jsonl").read_text().splitlines()]
+    tools = [entry for entry in log if entry["event"] == "tool"]
+    assert [entry["output"] for entry in tools] == [result.content, written.content]
