@@ -89,7 +89,7 @@ def trained_run(state, tmp_path, monkeypatch) -> str:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed; run `make setup`")
-def test_asset_graph_checkpoint_page_and_launchpad_in_a_browser(trained_run):
+def test_asset_graph_checkpoint_page_and_launchpad_in_a_browser(trained_run, tmp_path):
     from playwright.sync_api import expect, sync_playwright
 
     with dagster_webserver() as url, sync_playwright() as playwright:
@@ -104,14 +104,20 @@ def test_asset_graph_checkpoint_page_and_launchpad_in_a_browser(trained_run):
         def visit(path: str) -> None:
             page.goto(url + path)
 
+        def keep(name: str) -> None:
+            # What each page looked like, beside the test's state, for a person to review.
+            page.screenshot(path=tmp_path / f"{name}.png", full_page=True)
+
         visit("/asset-groups")
         for group in STAGE_GROUPS:
             expect(page.get_by_text(group, exact=True).first).to_be_visible()
+        keep("asset-groups")
 
         # One lineage: everything from the dataset to the checkpoint is upstream of it.
         visit("/assets/checkpoints?view=lineage&lineageScope=upstream&lineageDepth=10")
         for asset in ("dataset_tasks", "run_spec", "warm_start", "policy", "trials", "datums"):
             expect(page.get_by_text(asset, exact=True).first).to_be_visible()
+        keep("checkpoint-lineage")
 
         visit(f"/assets/checkpoints?view=partitions&partition={trained_run}")
         reward = page.locator('img[alt="reward curve"]')
@@ -121,6 +127,7 @@ def test_asset_graph_checkpoint_page_and_launchpad_in_a_browser(trained_run):
         expect(page.get_by_text("[Show Markdown]")).to_have_count(0)
         expect(page.get_by_text(".png")).to_have_count(0)
         expect(page.get_by_text("nothing in this run (its last batch)")).to_be_visible()
+        keep("checkpoint-partition")
 
         visit("/locations/synth_pipelines/jobs/launch_experiment/playground")
         editor = page.locator(".CodeMirror")
@@ -128,6 +135,7 @@ def test_asset_graph_checkpoint_page_and_launchpad_in_a_browser(trained_run):
         expect(editor).to_contain_text("@profiles/oracle.json")
         expect(editor).to_contain_text("@plans/eval.json")
         expect(page.get_by_text("No errors")).to_be_visible()
+        keep("launchpad")
         # The checkpoint field is part of the schema: the editor accepts it, and not a typo.
         page.wait_for_timeout(2000)  # the greeting dialog, if it comes, comes now
         editor.get_by_text("@plans/eval.json").click()
