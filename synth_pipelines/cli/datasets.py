@@ -5,9 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
-from synth_pipelines.cli.output import JSON_OPTION, console, emit, errors, user_errors
+from synth_pipelines.cli.output import (
+    JSON_OPTION,
+    console,
+    emit,
+    errors,
+    folding_table,
+    user_errors,
+)
 from synth_pipelines.cli.progress import ProgressDisplay, PublishProgress
 from synth_pipelines.config import settings
 from synth_pipelines.control.database import control_engine
@@ -87,9 +93,9 @@ def show(
 
     def render() -> None:
         console.print(f"[bold]{dataset.ref}[/] {dataset.digest} ({dataset.task_count} tasks)")
-        table = Table("#", "task", "digest")
+        table = folding_table("#", "task", "digest")
         for task in tasks:
-            table.add_row(str(task.position), task.name, task.digest[:19] + "...")
+            table.add_row(str(task.position), task.name, task.digest)
         console.print(table)
 
     emit(
@@ -110,12 +116,12 @@ def list_(as_json: bool = JSON_OPTION) -> None:
     versions = list_datasets(control_engine())
 
     def render() -> None:
-        table = Table("dataset", "tasks", "digest", "published")
+        table = folding_table("dataset", "tasks", "digest", "published")
         for dataset in versions:
             table.add_row(
                 dataset.ref,
                 str(dataset.task_count),
-                dataset.digest[:19] + "...",
+                dataset.digest,
                 dataset.created_at.strftime("%Y-%m-%d %H:%M"),
             )
         console.print(table)

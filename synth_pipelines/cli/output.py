@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.table import Table
 
 from synth_pipelines.contracts.validation_errors import describe_validation_error
 from synth_pipelines.runtime.submission_errors import SubmissionError
@@ -73,3 +74,11 @@ def _write_document(command: str, data: Any) -> None:
     from synth_pipelines.cli.json_documents import validated
 
     sys.stdout.write(json.dumps(validated(command, data), indent=2, sort_keys=True) + "\n")
+
+
+def folding_table(*headers: str, show_lines: bool = False) -> Table:
+    """A table whose cells wrap instead of being cut: every id in it can be copied whole."""
+    table = Table(*headers, show_lines=show_lines)
+    for column in table.columns:
+        column.overflow = "fold"
+    return table

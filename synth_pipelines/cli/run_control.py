@@ -6,8 +6,15 @@ import time
 
 import typer
 
-from synth_pipelines.cli.output import JSON_OPTION, console, emit, errors, user_errors
-from synth_pipelines.cli.runs import EXIT_INTERRUPTED, folding_table, my_run, run_app
+from synth_pipelines.cli.output import (
+    JSON_OPTION,
+    console,
+    emit,
+    errors,
+    folding_table,
+    user_errors,
+)
+from synth_pipelines.cli.runs import EXIT_INTERRUPTED, my_run, run_app
 from synth_pipelines.config import settings
 from synth_pipelines.control.checkpoints import run_checkpoints
 from synth_pipelines.control.database import control_engine

@@ -17,6 +17,7 @@ from synth_pipelines.cli.output import (
     emit,
     errors,
     fail,
+    folding_table,
     user_errors,
 )
 from synth_pipelines.cli.progress import WAIT_HELP, ProgressDisplay, RunCounter
@@ -409,14 +410,6 @@ def checked_choice(value: str | None, option: str, choices: tuple[str, ...]) -> 
     if value is not None and value not in choices:
         fail(f"{option} {value!r} is not one of {', '.join(choices)}")
     return value
-
-
-def folding_table(*headers: str, show_lines: bool = False) -> Table:
-    """A table whose cells wrap instead of being cut: every id in it can be copied whole."""
-    table = Table(*headers, show_lines=show_lines)
-    for column in table.columns:
-        column.overflow = "fold"
-    return table
 
 
 @run_app.command("list")
