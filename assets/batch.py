@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from assets.captured_interactions import captured_interactions
 from assets.curve_metadata import curve_metadata
+from assets.judge_metadata import assessing_judge, judge_metadata
 from assets.partitions import batches
 from resources.control_database import ControlDatabase
 from resources.object_store import ObjectStoreResource
@@ -44,6 +45,7 @@ from synth_pipelines.control.events import record_event
 from synth_pipelines.control.runs import get_run
 from synth_pipelines.control.table_outputs import load_table
 from synth_pipelines.judging.regrade import RegradeRefusedError, regrade_batch
+from synth_pipelines.runtime.admission import WorkerPool
 from synth_pipelines.runtime.assessing import Assessor, trial_assessment
 from synth_pipelines.runtime.batch_plan import plan_batch
 from synth_pipelines.runtime.lifecycle import complete_batch, start_batch
@@ -188,7 +190,10 @@ async def batch(
         yield dg.Output(
             Assessment.to_table(rows),
             output_name="assessments",
-            metadata=_assessment_metadata(rows, config.regrade_id),
+            metadata={
+                **_assessment_metadata(rows, config.regrade_id),
+                **judge_metadata(assessing_judge(spec, config.regrade_id, config.judge)),
+            },
             data_version=dg.DataVersion(assessment_version(rows)),
         )
     if step is None:
@@ -332,6 +337,7 @@ async def _sample(context, engine, store, spec: RunSpec, index: int, binding, st
         store,
         engine,
         settings().work_dir,
+        pool=WorkerPool.configured(settings()),
         model=binding.sampler or None,
         verify=spec.kind in ("eval", "train"),
         on_outcome=progress,

@@ -32,6 +32,7 @@ from proxy.capture import CaptureSink, DagsterReporter
 from proxy.checkpoint_models import checkpoint_lookup
 from proxy.credentials import load_signing_key
 from proxy.errors import ErrorDetail, ErrorResponse, ErrorType, ProxyError, field_path
+from proxy.inference_routes import InferenceRoutes
 from proxy.messages import (
     CountTokensRequest,
     CountTokensResponse,
@@ -48,7 +49,7 @@ from proxy.messages import (
     sse_frame,
 )
 from proxy.metrics import ProxyMetrics
-from proxy.model_registry import ModelRegistry, TinkerRoute
+from proxy.model_registry import ModelEntry, ModelRegistry, TinkerRoute
 from proxy.openapi import error_responses, install_openapi, json_request_body
 from proxy.prefix_cache import CacheScope
 from proxy.request_body import json_body
@@ -108,6 +109,8 @@ class ProxyState:
     engine: Engine
     revocations: RevokedTokens
     limits: TokenLimits
+    inference: InferenceRoutes
+    """Calls to inference-only routes (not tinker), made from this process."""
 
     async def record_fault(self, claims: TokenClaims | None, error: ProxyError) -> None:
         """Durably, before the error response goes out: the runtime reads it once the
@@ -219,12 +222,13 @@ def create_app(config: ProxyConfig) -> FastAPI:
             engine=engine,
             revocations=RevokedTokens(engine),
             limits=TokenLimits(registry),
+            inference=InferenceRoutes(spool, engine, config.backend_timeout_sec),
         )
         try:
             await warming
             await asyncio.to_thread(state.revocations.refresh)
         except BaseException:
-            workers.shutdown()
+            await workers.shutdown()
             raise
         following = asyncio.create_task(state.revocations.follow())
         state.capture.start()
@@ -237,7 +241,8 @@ def create_app(config: ProxyConfig) -> FastAPI:
         finally:
             following.cancel()
             state.capture.stop()
-            workers.shutdown()
+            await workers.shutdown()
+            await state.inference.close()
             if reporter is not None:
                 reporter.close()
 
@@ -356,8 +361,6 @@ def create_app(config: ProxyConfig) -> FastAPI:
                     "permission_error",
                     f"checkpoint {prepared.model} belongs to another owner",
                 )
-            if not isinstance(entry.backend, TinkerRoute):
-                raise ProxyError("api_error", f"model {entry.id} has no tinker route")
         except ProxyError:
             state.workers.tell(worker, "abandon", call_id)
             raise
@@ -377,6 +380,10 @@ def create_app(config: ProxyConfig) -> FastAPI:
             sampling_temperature=claims.sampling_temperature,
             received=received,
         )
+        if not isinstance(entry.backend, TinkerRoute):
+            # The worker rendered the prompt only to count it; the route answers text.
+            state.workers.tell(worker, "abandon", call_id)
+            return await _inference_response(state, call_id, entry, body, prepared, record, claims)
         call = _Call(state, worker, call_id, prepared, entry.backend, record, claims)
         if prepared.stream:
             return StreamingResponse(
@@ -388,6 +395,31 @@ def create_app(config: ProxyConfig) -> FastAPI:
     install_openapi(app, [MessagesRequest, CountTokensRequest])
     app.add_middleware(SandboxListenerGate)
     return app
+
+
+async def _inference_response(
+    state: ProxyState,
+    call_id: str,
+    entry: ModelEntry,
+    body: bytes,
+    prepared: Prepared,
+    record: CallRecord,
+    claims: TokenClaims,
+) -> Response:
+    async def on_error(error: ProxyError) -> None:
+        state.metrics.requests.labels("messages", error.error_type).inc()
+        await state.record_fault(claims, error)
+
+    if prepared.stream:
+        events = state.inference.stream(
+            call_id, entry, body, record, prepared.prompt_tokens, on_error
+        )
+        return StreamingResponse(
+            events, media_type="text/event-stream", headers={"cache-control": "no-cache"}
+        )
+    message = await state.inference.complete(call_id, entry, body, record)
+    state.metrics.requests.labels("messages", "ok").inc()
+    return JSONResponse(message.model_dump(exclude_none=True))
 
 
 @dataclass

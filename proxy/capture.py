@@ -13,6 +13,10 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
+from sqlalchemy import Engine
+
+from synth_pipelines.contracts.interaction import Interaction
+from synth_pipelines.control.token_revocations import revocation_reason
 from synth_pipelines.evidence.publisher import EvidencePublisher, PublishedChunk
 from synth_pipelines.evidence.spool import Spool
 
@@ -119,3 +123,19 @@ class CaptureSink:
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout=30)
+
+
+def stage_text_call(
+    spool: Spool, engine: Engine, interaction: Interaction, token_id: str
+) -> str | None:
+    """Stage a call of an inference-only route durably, unless its token was revoked
+    meanwhile (the attempt ended); returns the revocation's reason.
+
+    Such a call is text evidence: its request and response JSON, with no token ids or
+    logprobs (the route returns none), and the route named in `sampler`, so learning can
+    tell it apart and exclude it."""
+    assert not interaction.prompt_tokens and not interaction.logprobs, "text evidence only"
+    reason = revocation_reason(engine, token_id)
+    if reason is None:
+        spool.stage(interaction)
+    return reason

@@ -2,8 +2,10 @@
 
 A request's `model` picks an entry; the entry names its family adapter, its context window and
 output limit (which bound prompt fitting and `max_tokens`), and its backend route. Only Tinker
-routes are trainable: an OpenAI-compatible completions backend returns tokens and logprobs
-for inference but has no training client behind it.
+routes are trainable. The other routes serve inference only (a judge, say): an external
+OpenAI-compatible chat-completions server (vLLM, SGLang, llama.cpp, `transformers serve`) or
+an upstream Anthropic Messages endpoint; they answer text, so their calls are captured as
+text evidence that nothing learns from.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from proxy.adapters import adapter_for
 from proxy.adapters.base import Family, ModelAdapter
 from proxy.errors import ProxyError
+from synth_pipelines.contracts.validation_errors import describe_validation_error
 from synth_pipelines.tinker_local.names import QWEN3_LEARNER
 
 
@@ -44,15 +47,37 @@ class TinkerRoute(_Frozen):
         return self
 
 
-class CompletionsRoute(_Frozen):
-    """An OpenAI-compatible completions server that returns token ids and logprobs."""
+class _InferenceRoute(_Frozen):
+    kind: str
+    base_url: str = Field(pattern=r"^https?://")
+    model: str = Field(min_length=1)
+    """The model's name at that server."""
+    api_key_env: str | None = None
+    """The environment variable of the proxy's process holding the server's key; None: the
+    server takes no key. A key never comes from a sandbox's request."""
 
-    kind: Literal["openai_completions"] = "openai_completions"
-    base_url: str
-    model: str
+    @property
+    def sampler(self) -> str:
+        """The route as captured calls name it (`Interaction.sampler`)."""
+        return f"{self.kind}:{self.model}@{self.base_url}"
 
 
-BackendRoute = Annotated[TinkerRoute | CompletionsRoute, Field(discriminator="kind")]
+class OpenAIChatRoute(_InferenceRoute):
+    """An OpenAI-compatible chat-completions server: Messages are translated to
+    `POST {base_url}/chat/completions` and back (`proxy.chat_translation`)."""
+
+    kind: Literal["openai_chat"] = "openai_chat"
+
+
+class AnthropicRoute(_InferenceRoute):
+    """An upstream Anthropic Messages endpoint: requests are forwarded to
+    `POST {base_url}/v1/messages` with the upstream's model name."""
+
+    kind: Literal["anthropic"] = "anthropic"
+
+
+InferenceRoute = OpenAIChatRoute | AnthropicRoute
+BackendRoute = Annotated[TinkerRoute | InferenceRoute, Field(discriminator="kind")]
 
 
 class ModelEntry(_Frozen):
@@ -154,6 +179,24 @@ DEFAULT_MODELS: tuple[ModelEntry, ...] = (
         trainable=True,
         display_name="Qwen3 learner (local model service; the learning demo's base model)",
     ),
+    # The other families' native formats end to end on the local model service: tiny seeded
+    # models with each family's own tokenizer (synth_pipelines/tinker_local/names.py).
+    *(
+        ModelEntry(
+            id=model,
+            family=family,
+            context_window=32_768,
+            max_output_tokens=8_192,
+            backend=TinkerRoute(base_model=model),
+            trainable=True,
+            display_name=f"{label} tiny (local model service; {label}'s tokenizer and format)",
+        )
+        for family, label, model in (
+            ("deepseek", "DeepSeek V3.1", "synth/deepseek-tiny"),
+            ("kimi", "Kimi K2", "synth/kimi-tiny"),
+            ("glm", "GLM 5.3", "synth/glm-tiny"),
+        )
+    ),
     ModelEntry(
         id="deepseek-ai/DeepSeek-V3.1",
         family="deepseek",
@@ -238,12 +281,11 @@ class ModelRegistry:
     @classmethod
     def from_json_file(cls, path: Path) -> ModelRegistry:
         """A registry from a JSON list of entries (the shape of `ModelEntry`)."""
-        try:
-            return cls.from_json(path.read_bytes())
-        except OSError as exc:
-            raise ValueError(f"cannot read the model registry {path}: {exc}") from None
-        except ValidationError as exc:
-            raise ValueError(f"{path} is not a valid model registry:\n{exc}") from None
+        return cls(read_entries(path))
+
+    def extended(self, entries: Iterable[ModelEntry]) -> ModelRegistry:
+        """This registry with more entries beside its own (a name registered twice fails)."""
+        return ModelRegistry([*self._entries.values(), *entries], self._checkpoints)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> ModelRegistry:
@@ -287,3 +329,24 @@ class ModelRegistry:
 
 
 _ENTRY_LIST = TypeAdapter(list[ModelEntry])
+
+
+def served_registry(teacher_service_url: str, registry_file: Path | None) -> ModelRegistry:
+    """The models the proxy serves: the built-in ones, and beside them a registry file's
+    (`SYNTH_MODEL_REGISTRY`), such as inference-only routes for judges."""
+    registry = ModelRegistry([*DEFAULT_MODELS, teacher_entry(teacher_service_url)])
+    if registry_file is None:
+        return registry
+    return registry.extended(read_entries(registry_file))
+
+
+def read_entries(path: Path) -> list[ModelEntry]:
+    """The entries of a registry file: a JSON list in the shape of `ModelEntry`."""
+    try:
+        return _ENTRY_LIST.validate_json(path.read_bytes())
+    except OSError as exc:
+        raise ValueError(f"cannot read the model registry {path}: {exc}") from None
+    except ValidationError as exc:
+        raise ValueError(
+            f"{path} is not a valid model registry: {describe_validation_error(exc)}"
+        ) from None

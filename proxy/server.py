@@ -9,7 +9,7 @@ from urllib.parse import urlparse
 import uvicorn
 
 from proxy.app import ProxyConfig, create_app
-from proxy.model_registry import DEFAULT_MODELS, ModelRegistry, teacher_entry
+from proxy.model_registry import ModelRegistry, served_registry
 from proxy.sandbox_listener import sandbox_socket
 from synth_pipelines.config import Settings
 
@@ -20,10 +20,8 @@ run-to-run noise (`benchmarks/proxy.py`)."""
 
 
 def model_registry(config: Settings) -> ModelRegistry:
-    """The models the proxy serves: a configured registry file, else the defaults."""
-    if config.model_registry:
-        return ModelRegistry.from_json_file(config.model_registry)
-    return ModelRegistry([*DEFAULT_MODELS, teacher_entry(config.teacher_service_url)])
+    """The models the proxy serves: the built-in ones and a configured registry file's."""
+    return served_registry(config.teacher_service_url, config.model_registry)
 
 
 def proxy_config(config: Settings, *, workers: int = DEFAULT_WORKERS) -> ProxyConfig:

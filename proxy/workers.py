@@ -15,6 +15,7 @@ outlives the server, and a worker that dies fails its calls instead of hanging t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import inspect
 import itertools
@@ -251,12 +252,21 @@ class CallWorkers:
     async def freeze(self) -> None:
         await asyncio.gather(*(self.call(i, "freeze") for i in range(len(self._workers))))
 
-    def shutdown(self) -> None:
+    async def shutdown(self) -> None:
         """Stop the workers (the server has finished its calls by now): each sees its socket
         close, ends its sampling session and exits; a process that does not is terminated."""
         for entry in self._workers:
             if entry.writer is not None:
                 entry.writer.close()
+        # A transport closes its socket on the loop's next turn: wait for it, or every
+        # worker would wait out the join below before it saw its socket close.
+        for entry in self._workers:
+            if entry.writer is not None:
+                with contextlib.suppress(OSError):
+                    await entry.writer.wait_closed()
+        await asyncio.to_thread(self._join)
+
+    def _join(self) -> None:
         for entry in self._workers:
             entry.runner.join(timeout=5)
             if isinstance(entry.runner, multiprocessing.process.BaseProcess) and (

@@ -9,23 +9,20 @@ the embedded default needs no configuration at all.
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 from functools import lru_cache
 from pathlib import Path
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from synth_pipelines import state_locations
+from synth_pipelines.state_locations import find_project_root
 
-def find_project_root() -> Path:
-    """The checkout holding this package (an editable install), else the nearest directory
-    above the working directory holding `workspace.yaml`, else the working directory."""
-    for start in (Path(__file__).resolve().parent, Path.cwd().resolve()):
-        for candidate in (start, *start.parents):
-            if (candidate / "workspace.yaml").is_file() and (
-                candidate / "pyproject.toml"
-            ).is_file():
-                return candidate
-    return Path.cwd().resolve()
+
+def _host_cpus() -> int:
+    return len(os.sched_getaffinity(0))
 
 
 class Settings(BaseSettings):
@@ -86,6 +83,38 @@ class Settings(BaseSettings):
     )
     proxy_publish_interval_sec: float = 1.0
     owner: str = "local"
+    admission_pool: str = Field(
+        default_factory=socket.gethostname,
+        description="The worker pool whose budget every attempt is admitted against, "
+        "across all runs; processes naming the same pool share one budget.",
+    )
+    pool_max_active_attempts: int = Field(
+        default_factory=lambda: 4 * _host_cpus(),
+        ge=1,
+        description="Attempts the pool runs at once (default: 4 per CPU of this host).",
+    )
+    pool_cpus: float = Field(
+        default_factory=lambda: float(_host_cpus()),
+        gt=0,
+        description="CPUs the pool's attempts may hold together (default: this host's).",
+    )
+    pool_memory_mb: int = Field(
+        default_factory=lambda: os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") >> 20,
+        ge=64,
+        description="Memory the pool's attempts may hold together (default: this host's).",
+    )
+    pool_storage_mb: int = Field(
+        default_factory=lambda: shutil.disk_usage(find_project_root()).total >> 20,
+        ge=64,
+        description="Disk the pool's attempts may hold together (default: the size of the "
+        "disk holding the checkout).",
+    )
+    pool_lease_ttl_sec: float = Field(
+        default=60,
+        gt=0,
+        description="How long an admission lease outlives its holder's last renewal; the "
+        "holder renews it every third of that.",
+    )
 
     @property
     def model_backend_url(self) -> str:
@@ -94,15 +123,15 @@ class Settings(BaseSettings):
 
     @property
     def state_dir(self) -> Path:
-        return (self.data_dir or self.project_root / ".synth").resolve()
+        return state_locations.state_dir(self.data_dir, self.project_root)
 
     @property
     def control_database_url(self) -> str:
-        return self.database_url or f"sqlite:///{self.state_dir / 'control.db'}"
+        return state_locations.control_database_url(self.database_url, self.state_dir)
 
     @property
     def objects_url(self) -> str:
-        return self.object_store_url or f"file://{self.state_dir / 'objects'}"
+        return state_locations.objects_url(self.object_store_url, self.state_dir)
 
     @property
     def dagster_home(self) -> Path:

@@ -12,14 +12,14 @@ from pydantic import ValidationError
 from proxy.adapters.qwen import QwenAdapter
 from proxy.errors import ProxyError
 from proxy.model_registry import (
-    CompletionsRoute,
     ModelEntry,
     ModelRegistry,
+    OpenAIChatRoute,
     TinkerRoute,
 )
 
 
-def test_default_registry_serves_every_family_and_both_local_models() -> None:
+def test_default_registry_serves_every_family_and_its_local_models() -> None:
     registry = ModelRegistry()
 
     families: dict[str, set[str]] = {}
@@ -27,9 +27,9 @@ def test_default_registry_serves_every_family_and_both_local_models() -> None:
         families.setdefault(entry.family, set()).add(entry.id)
     assert families == {
         "qwen": {"synth/qwen3-tiny", "synth/qwen3-learner"},
-        "deepseek": {"deepseek-ai/DeepSeek-V3.1"},
-        "kimi": {"moonshotai/Kimi-K2-Thinking"},
-        "glm": {"zai-org/GLM-5.3"},
+        "deepseek": {"deepseek-ai/DeepSeek-V3.1", "synth/deepseek-tiny"},
+        "kimi": {"moonshotai/Kimi-K2-Thinking", "synth/kimi-tiny"},
+        "glm": {"zai-org/GLM-5.3", "synth/glm-tiny"},
     }
     tiny = registry.get("synth/qwen3-tiny")
     assert tiny.trainable and tiny.backend == TinkerRoute(base_model="synth/qwen3-tiny")
@@ -54,8 +54,8 @@ def test_output_and_prompt_budgets_respect_the_model_limits() -> None:
     assert tiny.prompt_budget(32_000) == 32_768 - 8_192
 
 
-def test_completions_route_is_inference_only() -> None:
-    route = CompletionsRoute(base_url="http://127.0.0.1:8000/v1", model="qwen3")
+def test_chat_route_is_inference_only() -> None:
+    route = OpenAIChatRoute(base_url="http://127.0.0.1:8000/v1", model="qwen3")
     fields = {"id": "x", "family": "qwen", "context_window": 4096, "max_output_tokens": 512}
 
     assert ModelEntry(backend=route, trainable=False, **fields).trainable is False

@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -23,10 +22,9 @@ from synth_pipelines.control.events import read_events
 from synth_pipelines.control.regrades import Regrade, run_regrades
 from synth_pipelines.control.runs import RunRecord
 from synth_pipelines.services.dagster_graphql import backfill_status
-from synth_pipelines.services.embedded import embedded_services, write_code_server_workspace
-from synth_pipelines.services.supervisor import start, stop
 from tests.agent_runs import evaluate, one_task_dataset, profile_document
 from tests.conftest import PROJECT_ROOT
+from tests.dagster_services import SYNTH, dagster_services, finish, regrade_process
 from tests.fault_injection import wait_for
 from tests.live_services import platform
 from tests.module_state import module_state
@@ -37,7 +35,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 JUDGE = "judge:synth/judge@1"
 ASSESSMENTS = dg.AssetKey("assessments")
-SYNTH = [sys.executable, "-m", "synth_pipelines.cli"]
 
 
 @dataclass(frozen=True)
@@ -50,17 +47,6 @@ class Regraded:
     interrupted_regrade: Regrade
 
 
-def _regrade(run_id: str, *options: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [*SYNTH, "run", "regrade", run_id, *options],
-        cwd=PROJECT_ROOT,
-        env=os.environ.copy(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
 @pytest.fixture(scope="module")
 def regraded(tmp_path_factory) -> Iterator[Regraded]:
     root = tmp_path_factory.mktemp("regrade")
@@ -71,47 +57,38 @@ def regraded(tmp_path_factory) -> Iterator[Regraded]:
             run = evaluate(
                 one_task_dataset(root, "update-version-file"), profile_document("oracle.json")
             )
-            config = settings()
-            write_code_server_workspace(config)
-            code_server, daemon, webserver = (
-                s for s in embedded_services(config) if s.name.startswith("dagster-")
-            )
-            started, waiting = [], []
-            try:
-                for service in (code_server, webserver):
-                    start(config.state_dir, service, PROJECT_ROOT)
-                    started.append(service)
-                judged = _regrade(run.run_id, "--judge", "@profiles/judge.json", "--wait", "--json")
-                waiting.append(judged)
-                first_line = judged.stderr.readline()
-                interrupted = _regrade(run.run_id, "--wait", "--json")
-                waiting.append(interrupted)
-                assert interrupted.stderr.readline(), "the second regrade never began waiting"
-                interrupted.send_signal(signal.SIGINT)
-                interrupted_out, interrupted_err = interrupted.communicate(timeout=60)
-                # The daemon's backfill loop looks every 30 s, first as it starts: started
-                # once both backfills are requested, it takes them up at once.
-                start(config.state_dir, daemon, PROJECT_ROOT)
-                started.append(daemon)
-                judged_out, judged_err = judged.communicate(timeout=240)
-                _, second = run_regrades(control_engine(), run.run_id)
-                yield Regraded(
-                    run,
-                    subprocess.CompletedProcess(
-                        judged.args, judged.returncode, judged_out, first_line + judged_err
-                    ),
-                    subprocess.CompletedProcess(
-                        interrupted.args, interrupted.returncode, interrupted_out, interrupted_err
-                    ),
-                    second,
-                )
-            finally:
-                for process in waiting:
-                    if process.poll() is None:
-                        process.kill()
-                        process.communicate()
-                for service in reversed(started):
-                    stop(config.state_dir, service)
+            waiting: list[subprocess.Popen] = []
+            with dagster_services() as start_daemon:
+                try:
+                    judged = regrade_process(
+                        run.run_id, "--judge", "@profiles/judge.json", "--wait", "--json"
+                    )
+                    waiting.append(judged)
+                    first_line = judged.stderr.readline()
+                    interrupted = regrade_process(run.run_id, "--wait", "--json")
+                    waiting.append(interrupted)
+                    assert interrupted.stderr.readline(), "the second regrade never began waiting"
+                    interrupted.send_signal(signal.SIGINT)
+                    interrupted_out, interrupted_err = interrupted.communicate(timeout=60)
+                    # Started once both backfills are requested, the daemon takes them up at once.
+                    start_daemon()
+                    judged_out, judged_err = judged.communicate(timeout=240)
+                    _, second = run_regrades(control_engine(), run.run_id)
+                    yield Regraded(
+                        run,
+                        subprocess.CompletedProcess(
+                            judged.args, judged.returncode, judged_out, first_line + judged_err
+                        ),
+                        subprocess.CompletedProcess(
+                            interrupted.args,
+                            interrupted.returncode,
+                            interrupted_out,
+                            interrupted_err,
+                        ),
+                        second,
+                    )
+                finally:
+                    finish(waiting)
 
 
 def _partitions(run: RunRecord) -> list[str]:

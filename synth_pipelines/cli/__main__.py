@@ -1,3 +1,3 @@
-from synth_pipelines.cli.main import app
+from synth_pipelines.cli.entry import main
 
-app()
+main()

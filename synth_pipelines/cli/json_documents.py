@@ -519,14 +519,70 @@ class AttemptDocument(Document):
     exception: str | None
 
 
+class PoolLimitsDocument(Document):
+    max_active_attempts: int
+    cpus: float
+    memory_mb: int
+    storage_mb: int
+
+
+class PoolUseDocument(Document):
+    active_attempts: int
+    cpus: float
+    memory_mb: int
+    storage_mb: int
+
+
+class PoolLeaseDocument(Document):
+    lease_id: str
+    holder: str
+    run_id: str | None
+    attempt_id: str | None
+    cpus: float
+    memory_mb: int
+    storage_mb: int
+    requested_at: str
+    expires_at: str
+    expired: bool
+
+
+class PoolDocument(Document):
+    """A worker pool's budget (as this process is configured), what its held leases take,
+    and the requests waiting in line, oldest first."""
+
+    pool: str
+    limits: PoolLimitsDocument
+    use: PoolUseDocument
+    held: list[PoolLeaseDocument]
+    waiting: list[PoolLeaseDocument]
+
+
+class ServedModelDocument(Document):
+    """One model the capture proxy serves: the fields of its `GET /v1/models` entry."""
+
+    id: str
+    display_name: str
+    family: str
+    max_input_tokens: int
+    """The context window."""
+    max_tokens: int
+    """The output limit."""
+    route: str
+    """What answers it: `tinker`, or an inference-only `openai_chat` or `anthropic` route."""
+    base_model: str | None
+    trainable: bool
+
+
 DOCUMENTS: dict[str, Any] = {
     "error": ErrorDocument,
+    "pool show": PoolDocument,
     "checkpoint list": list[CheckpointDocument],
     "checkpoint show": CheckpointLineageDocument,
     "attempt show": AttemptDocument,
     "dataset publish": PublishedDataset,
     "dataset publish progress": PublishProgressDocument,
     "model teach": TeacherScript,
+    "model list": list[ServedModelDocument],
     "dataset show": DatasetWithTasks,
     "dataset list": list[DatasetDocument],
     "run start": AcceptedRun,

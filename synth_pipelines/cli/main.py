@@ -62,6 +62,10 @@ COMMANDS = {
         "synth_pipelines.cli.attempts:attempt_app",
         "Read one attempt: its conversation and its grade.",
     ),
+    "pool": CommandSource(
+        "synth_pipelines.cli.pools:pool_app",
+        "The worker pool every run's attempts are admitted against: its budget and leases.",
+    ),
 }
 
 

@@ -11,6 +11,18 @@ from synth_pipelines.tinker_local.names import DEFAULT_MAX_LOADED, QWEN3_TINY, S
 
 model_app = typer.Typer(name="model", no_args_is_help=True)
 
+SERVED_MODEL_FIELDS = {
+    "id",
+    "display_name",
+    "family",
+    "max_input_tokens",
+    "max_tokens",
+    "route",
+    "base_model",
+    "trainable",
+}
+"""The fields of a `GET /v1/models` entry that `synth model list` shows."""
+
 
 @model_app.callback()
 def model() -> None:
@@ -140,3 +152,35 @@ def teach(
             f"{len(entries)} turns of {tasks} tasks; bind runs to --model {TEACHER_MODEL}"
         ),
     )
+
+
+@model_app.command("list")
+def list_models(as_json: bool = JSON_OPTION) -> None:
+    """The models the capture proxy serves (the built-in ones and `SYNTH_MODEL_REGISTRY`'s):
+    family, context and output limits, route, and whether the platform can train them."""
+    from proxy.model_registry import served_registry
+    from synth_pipelines.config import settings
+
+    config = settings()
+    with user_errors(ValueError):
+        registry = served_registry(config.teacher_service_url, config.model_registry)
+    data = [info.model_dump(include=SERVED_MODEL_FIELDS) for info in registry.model_list().data]
+
+    def table() -> None:
+        from rich.table import Table
+
+        rows = Table("family", "context", "output")
+        for name in ("route", "trainable", "model"):
+            rows.add_column(name, no_wrap=True)
+        for model in data:
+            rows.add_row(
+                model["family"],
+                str(model["max_input_tokens"]),
+                str(model["max_tokens"]),
+                model["route"],
+                "yes" if model["trainable"] else "no",
+                model["id"],
+            )
+        console.print(rows)
+
+    emit("model list", data, as_json, table)

@@ -69,11 +69,16 @@ def emit(command: str, data: Any, as_json: bool, render: Callable[[], None]) -> 
         render()
 
 
-def _write_document(command: str, data: Any) -> None:
+def document_text(command: str, data: Any) -> str:
+    """The command's documented JSON document, checked against its schema, as printed."""
     # Every document model is built when this module is imported: only JSON output pays.
     from synth_pipelines.cli.json_documents import validated
 
-    sys.stdout.write(json.dumps(validated(command, data), indent=2, sort_keys=True) + "\n")
+    return json.dumps(validated(command, data), indent=2, sort_keys=True) + "\n"
+
+
+def _write_document(command: str, data: Any) -> None:
+    sys.stdout.write(document_text(command, data))
 
 
 def folding_table(*headers: str, show_lines: bool = False) -> Table:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from typing import TYPE_CHECKING
 
@@ -14,6 +15,7 @@ from synth_pipelines.cli.output import (
     JSON_LINES_OPTION,
     JSON_OPTION,
     console,
+    document_text,
     emit,
     errors,
     fail,
@@ -25,6 +27,7 @@ from synth_pipelines.config import settings
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import RunEvent, read_events
 from synth_pipelines.control.ownership import NotOwnerError, owned_run
+from synth_pipelines.control.run_document_fingerprint import STOP_EVENTS
 from synth_pipelines.control.runs import (
     KINDS,
     STATUSES,
@@ -216,9 +219,7 @@ def stop_cause(engine: Engine, run: RunRecord) -> dict | None:
     """What stopped an interrupted or failed run: its last stop event's data."""
     if run.status not in ("interrupted", "failed"):
         return None
-    stops = read_events(
-        engine, run_id=run.run_id, kinds=("run.interrupted", "run.failed"), limit=100_000
-    )
+    stops = read_events(engine, run_id=run.run_id, kinds=STOP_EVENTS, limit=100_000)
     if not stops:
         return None
     data = stops[-1].data
@@ -243,10 +244,17 @@ def show_results(run: RunRecord, as_json: bool) -> None:
         reward_trend,
         series_table,
     )
+    from synth_pipelines.control.run_documents import current_fingerprint, store_run_document
     from synth_pipelines.runtime.results import collect_results
 
     store = _store()
     engine = control_engine()
+    kept = None
+    if as_json:
+        # Fingerprint first, then read: a change made while this reads leaves the kept
+        # document marked older than what it holds, so it is built again, never served stale.
+        kept = current_fingerprint(engine, run.run_id, settings().objects_url)
+        run = get_run(engine, run.run_id)
     results = collect_results(engine, store, run)
     summary = results.summary
     stop = stop_cause(engine, run)
@@ -297,21 +305,22 @@ def show_results(run: RunRecord, as_json: bool) -> None:
         console.print(f"trial records: {store.uri(f'runs/{run.run_id}/trials')}")
         console.print(f"Dagster UI: {dagster_runs_url(run.run_id)}")
 
-    emit(
-        "run show",
-        {
-            **_run_summary(run),
-            "summary": summary.as_dict(),
-            "stopped_by": stop,
-            "batches_done": results.batches_done,
-            "learning": learning,
-            "learning_warnings": warnings,
-            "tasks": [task.as_dict() for task in results.tasks],
-            "trial_records": store.uri(f"runs/{run.run_id}/trials"),
-        },
-        as_json,
-        render,
-    )
+    data = {
+        **_run_summary(run),
+        "summary": summary.as_dict(),
+        "stopped_by": stop,
+        "batches_done": results.batches_done,
+        "learning": learning,
+        "learning_warnings": warnings,
+        "tasks": [task.as_dict() for task in results.tasks],
+        "trial_records": store.uri(f"runs/{run.run_id}/trials"),
+    }
+    if kept is None:
+        render()
+        return
+    text = document_text("run show", data)
+    sys.stdout.write(text)
+    store_run_document(engine, run.run_id, kept, text)
 
 
 @run_app.command("show")

@@ -10,6 +10,7 @@ from sqlalchemy import (
     BigInteger,
     Column,
     DateTime,
+    Float,
     Index,
     Integer,
     MetaData,
@@ -206,6 +207,17 @@ batch_results = Table(
     PrimaryKeyConstraint("run_id", "batch_index"),
 )
 
+run_documents = Table(
+    "run_documents",
+    metadata,
+    # The last `synth run show --json` of a run and the fingerprint of its inputs: a
+    # cache, replaced on every full read; never a source of truth.
+    Column("run_id", String(40), primary_key=True),
+    Column("fingerprint", String(64), nullable=False),
+    Column("document", Text, nullable=False),
+    Column("stored_at", DateTime(timezone=True), nullable=False),
+)
+
 token_revocations = Table(
     "token_revocations",
     metadata,
@@ -217,4 +229,23 @@ token_revocations = Table(
     Column("reason", Text, nullable=False),
     Column("expires_at", BigInteger, nullable=False),
     Column("revoked_at", DateTime(timezone=True), nullable=False),
+)
+
+admission_leases = Table(
+    "admission_leases",
+    metadata,
+    # One row per attempt asking its worker pool for room: waiting, then held until the
+    # attempt ends. A row whose holder stopped renewing it expires and is reclaimed.
+    Column("lease_id", String(40), primary_key=True),
+    Column("pool", String(200), nullable=False),
+    Column("holder", String(200), nullable=False),
+    Column("run_id", String(40), nullable=True),
+    Column("attempt_id", String(200), nullable=True),
+    Column("cpus", Float, nullable=False),
+    Column("memory_mb", Integer, nullable=False),
+    Column("storage_mb", Integer, nullable=False),
+    Column("state", String(10), nullable=False),
+    Column("requested_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Index("ix_admission_leases_pool", "pool", "requested_at"),
 )

@@ -31,6 +31,22 @@ def actor_calls(calls: list[Interaction], trial_id: str | None = None) -> list[I
     ]
 
 
+INFERENCE_ONLY_SAMPLERS = ("openai_chat:", "anthropic:")
+"""How the proxy names the route of a call answered by an inference-only route (an external
+chat-completions server or an upstream Anthropic endpoint): text evidence, request and
+response JSON with no token ids or logprobs."""
+
+
+def text_evidence_reason(call: Interaction) -> str | None:
+    """Why a call cannot be learned from, if it is text evidence."""
+    if not call.sampler.startswith(INFERENCE_ONLY_SAMPLERS):
+        return None
+    return (
+        f"call {call.call_id} was answered by the inference-only route {call.sampler}: "
+        "text evidence, with no token ids or logprobs to learn from"
+    )
+
+
 def attempt_exclusion(
     assessment: Assessment | None,
     calls: list[Interaction],
@@ -47,6 +63,9 @@ def attempt_exclusion(
     if not calls:
         return "no captured model calls"
     for call in calls:
+        text_only = text_evidence_reason(call)
+        if text_only is not None:
+            return text_only
         if not call.aligned:
             return (
                 f"call {call.call_id}: {len(call.completion_tokens)} sampled tokens but "

@@ -26,6 +26,7 @@ from synth_pipelines.control.checkpoints import Checkpoint, batch_checkpoint, re
 from synth_pipelines.control.events import record_event
 from synth_pipelines.learning.captured_demonstrations import captured_examples, captured_run
 from synth_pipelines.learning.demonstrations import (
+    DemonstrationError,
     DemonstrationTurn,
     demonstration_turns,
     harness_frame,
@@ -71,7 +72,15 @@ def demonstration_datums(
     if spec.plan.captured_run is not None:
         captured_run(engine, spec.plan.captured_run, spec.actor.digest, spec.owner)
         captured = captured_examples(engine, store, spec.plan.captured_run, registry, base_model)
-        return [[example_datum(e.tokens, e.weights) for e in examples] for examples in captured]
+        # A call of an inference-only route is text evidence: it packs into an example with
+        # no tokens, which nothing can learn from.
+        learned = [[e for e in examples if e.tokens] for examples in captured]
+        if not any(learned):
+            raise DemonstrationError(
+                f"captured_run {spec.plan.captured_run}: every call was answered by an "
+                "inference-only route (text evidence, no token ids): nothing to learn from"
+            )
+        return [[example_datum(e.tokens, e.weights) for e in ex] for ex in learned if ex]
     frame = harness_frame(spec.actor.profile())
     adapter = registry.get(base_model).adapter()
     demonstrations = dataset_demonstrations(

@@ -1,4 +1,5 @@
-"""All attempts of a batch: groups run concurrently within resource admission."""
+"""All attempts of a batch: groups run concurrently within resource admission (the
+run's own budget, then its worker pool's)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,12 @@ from synth_pipelines.contracts.run_spec import RunSpec
 from synth_pipelines.contracts.trial import TrialOutcome
 from synth_pipelines.control.events import record_event
 from synth_pipelines.registry.task_packages import materialize_task
-from synth_pipelines.runtime.admission import ResourceAdmission, ResourceDemand
+from synth_pipelines.runtime.admission import (
+    PoolAdmission,
+    ResourceAdmission,
+    ResourceDemand,
+    WorkerPool,
+)
 from synth_pipelines.runtime.batch_plan import BatchPlan
 from synth_pipelines.runtime.failures import AttemptFailedError
 from synth_pipelines.runtime.harbor_trials import Actor, AttemptContext, run_attempt
@@ -41,6 +47,7 @@ async def run_batch_trials(
     engine: Engine,
     work_dir: Path,
     *,
+    pool: WorkerPool,
     model: str | None,
     verify: bool,
     on_outcome: Callable[[TrialOutcome], None] = lambda outcome: None,
@@ -51,6 +58,7 @@ async def run_batch_trials(
     actor = Actor.of(spec.actor, model)
     settings = spec.plan
     admission = ResourceAdmission(settings.budget)
+    pool_admission = PoolAdmission(engine, pool)
     trials_dir = work_dir / "trials" / plan.batch
     task_dirs = {
         group.index: await asyncio.to_thread(
@@ -74,7 +82,11 @@ async def run_batch_trials(
             task_dir=task_dirs[group_index],
             owner=spec.owner,
         )
-        async with admission.admit(demands[group_index], f"task {group.task.name}"):
+        demand, what = demands[group_index], f"task {group.task.name}"
+        async with (
+            admission.admit(demand, what),
+            pool_admission.admit(demand, what, run_id=spec.run_id, attempt_id=attempt_id),
+        ):
             try:
                 outcome = await run_attempt(
                     context, actor, settings, store, trials_dir, verify=verify, judge=spec.judge

@@ -1,9 +1,12 @@
 """The frozen base network under every adapter, with its tokenizer and stop tokens.
 
 Two kinds of base model are offered: Qwen3-architecture models built from a config with a
-seeded initialisation and the real Qwen3 tokenizer (its full 151,669-token vocabulary), and
-any local Hugging Face model directory. The seeded ones are `synth/qwen3-tiny`, the smallest,
-and `synth/qwen3-learner`, initialised so that LoRA training can make it follow a prompt.
+seeded initialisation and a model family's real tokenizer (its full vocabulary), and any
+local Hugging Face model directory. The seeded ones are `synth/qwen3-tiny`, the smallest,
+`synth/qwen3-learner`, initialised so that LoRA training can make it follow a prompt, and
+one as small as `synth/qwen3-tiny` per other family the proxy renders (`synth/deepseek-tiny`,
+`synth/kimi-tiny`, `synth/glm-tiny`), whose vocabulary and stop tokens are that family's, so
+that family's native prompts are sampled and scored end to end.
 """
 
 from __future__ import annotations
@@ -25,10 +28,18 @@ from transformers import (
 )
 
 from synth_pipelines.tinker_local.errors import UserError
-from synth_pipelines.tinker_local.names import QWEN3_LEARNER, QWEN3_TINY
+from synth_pipelines.tinker_local.names import (
+    DEEPSEEK_TINY,
+    GLM_TINY,
+    KIMI_TINY,
+    QWEN3_LEARNER,
+    QWEN3_TINY,
+)
+from synth_pipelines.tinker_local.native_tokenizer import NativeTokenizer, family_tokenizer
 
 QWEN3_TINY_SEED = 20251130
 QWEN3_LEARNER_SEED = 20251130
+FAMILY_TINY_SEED = 20251130
 LEARNER_OUTPUT_STD = 0.15
 LEARNER_QUERY_NORM_GAIN = 2.0
 
@@ -39,7 +50,7 @@ class Backbone:
 
     name: str
     network: PreTrainedModel
-    tokenizer: PreTrainedTokenizerBase
+    tokenizer: PreTrainedTokenizerBase | NativeTokenizer
     tokenizer_id: str
     stop_token_ids: tuple[int, ...]
     max_context: int
@@ -72,11 +83,49 @@ def qwen3_tokenizer_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "tokenizer_files"
 
 
+@dataclass(frozen=True)
+class SeededTokenizer:
+    """A seeded model's tokenizer, with what its config and sampler take from it."""
+
+    tokenizer: PreTrainedTokenizerBase | NativeTokenizer
+    tokenizer_id: str
+    stop_token_ids: tuple[int, ...]
+
+
+def qwen3_tokenizer() -> SeededTokenizer:
+    tokenizer_dir = qwen3_tokenizer_dir()
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
+    return SeededTokenizer(
+        tokenizer,
+        str(tokenizer_dir),
+        (
+            tokenizer.convert_tokens_to_ids("<|im_end|>"),
+            tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+        ),
+    )
+
+
+def _native_tokenizer(model_name: str) -> Callable[[], SeededTokenizer]:
+    def load() -> SeededTokenizer:
+        tokenizer, stop_token_ids = family_tokenizer(model_name)
+        return SeededTokenizer(
+            tokenizer, f"tml-renderers/{type(tokenizer.native).__name__}", stop_token_ids
+        )
+
+    return load
+
+
 def _small_qwen3(
-    vocab_size: int, *, hidden_size: int, head_dim: int, tie_word_embeddings: bool
+    vocab_size: int,
+    *,
+    hidden_size: int,
+    head_dim: int,
+    tie_word_embeddings: bool,
+    eos_token_id: int = 151645,
+    pad_token_id: int | None = 151643,
 ) -> Qwen3Config:
     """Four layers, four query and two key/value heads, a feed-forward three times as wide;
-    Qwen3's vocabulary, context and special tokens."""
+    by default Qwen3's vocabulary, context and special tokens."""
     return Qwen3Config(
         vocab_size=vocab_size,
         hidden_size=hidden_size,
@@ -88,8 +137,8 @@ def _small_qwen3(
         max_position_embeddings=32768,
         tie_word_embeddings=tie_word_embeddings,
         bos_token_id=None,
-        eos_token_id=151645,
-        pad_token_id=151643,
+        eos_token_id=eos_token_id,
+        pad_token_id=pad_token_id,
     )
 
 
@@ -102,6 +151,18 @@ def qwen3_learner_config(vocab_size: int) -> Qwen3Config:
     """Still cheap on two CPU cores (the 151,669-way output dominates the cost either way),
     with head_dim 64 and an output layer of its own; see `_initialise_learner`."""
     return _small_qwen3(vocab_size, hidden_size=128, head_dim=64, tie_word_embeddings=False)
+
+
+def family_tiny_config(tokenizer: SeededTokenizer) -> Qwen3Config:
+    """`qwen3_tiny_config`'s network over another family's vocabulary and end of turn."""
+    return _small_qwen3(
+        len(tokenizer.tokenizer),
+        hidden_size=64,
+        head_dim=16,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.stop_token_ids[0],
+        pad_token_id=None,
+    )
 
 
 def _initialise_learner(network: Qwen3ForCausalLM) -> None:
@@ -119,16 +180,29 @@ def _initialise_learner(network: Qwen3ForCausalLM) -> None:
             layer.self_attn.q_norm.weight.fill_(LEARNER_QUERY_NORM_GAIN)
 
 
+def _qwen3_vocabulary(
+    config: Callable[[int], Qwen3Config],
+) -> Callable[[SeededTokenizer], Qwen3Config]:
+    return lambda tokenizer: config(len(tokenizer.tokenizer))
+
+
 @dataclass(frozen=True)
 class _SeededModel:
-    config: Callable[[int], Qwen3Config]
+    config: Callable[[SeededTokenizer], Qwen3Config]
     seed: int
     initialise: Callable[[Qwen3ForCausalLM], None] | None = None
+    tokenizer: Callable[[], SeededTokenizer] = qwen3_tokenizer
 
 
 SEEDED_MODELS = {
-    QWEN3_TINY: _SeededModel(qwen3_tiny_config, QWEN3_TINY_SEED),
-    QWEN3_LEARNER: _SeededModel(qwen3_learner_config, QWEN3_LEARNER_SEED, _initialise_learner),
+    QWEN3_TINY: _SeededModel(_qwen3_vocabulary(qwen3_tiny_config), QWEN3_TINY_SEED),
+    QWEN3_LEARNER: _SeededModel(
+        _qwen3_vocabulary(qwen3_learner_config), QWEN3_LEARNER_SEED, _initialise_learner
+    ),
+    **{
+        name: _SeededModel(family_tiny_config, FAMILY_TINY_SEED, None, _native_tokenizer(name))
+        for name in (DEEPSEEK_TINY, KIMI_TINY, GLM_TINY)
+    },
 }
 
 
@@ -156,9 +230,8 @@ def load_backbone(
 def _seeded_qwen3(
     name: str, model: _SeededModel, device: torch.device, dtype: torch.dtype
 ) -> Backbone:
-    tokenizer_dir = qwen3_tokenizer_dir()
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
-    config = model.config(len(tokenizer))
+    tokenizer = model.tokenizer()
+    config = model.config(tokenizer)
     # Seeding a private RNG state makes the weights a function of the config alone,
     # whatever else the process has drawn from torch's global generator.
     with torch.random.fork_rng(devices=[]):
@@ -169,12 +242,9 @@ def _seeded_qwen3(
     return _finish(
         name,
         network.to(device=device, dtype=dtype),
-        tokenizer,
-        tokenizer_id=str(tokenizer_dir),
-        stop_token_ids=(
-            tokenizer.convert_tokens_to_ids("<|im_end|>"),
-            tokenizer.convert_tokens_to_ids("<|endoftext|>"),
-        ),
+        tokenizer.tokenizer,
+        tokenizer_id=tokenizer.tokenizer_id,
+        stop_token_ids=tokenizer.stop_token_ids,
     )
 
 
@@ -205,7 +275,7 @@ def _directory_stop_tokens(path: str, tokenizer: PreTrainedTokenizerBase) -> tup
 def _finish(
     name: str,
     network: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
+    tokenizer: PreTrainedTokenizerBase | NativeTokenizer,
     *,
     tokenizer_id: str,
     stop_token_ids: tuple[int, ...],

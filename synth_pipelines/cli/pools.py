@@ -1,0 +1,87 @@
+"""`synth pool show`: the worker pool's budget, what is held of it and who waits for it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import typer
+from rich.table import Table
+
+from synth_pipelines.cli.output import JSON_OPTION, console, emit, folding_table
+from synth_pipelines.config import settings
+from synth_pipelines.control.admission_leases import Lease, PoolUse, pool_leases
+from synth_pipelines.control.database import control_engine
+from synth_pipelines.runtime.admission import WorkerPool
+
+pool_app = typer.Typer(
+    help="The worker pool every run's attempts are admitted against: its budget and leases.",
+    no_args_is_help=True,
+)
+
+
+def _lease_document(lease: Lease, now: datetime) -> dict:
+    return {
+        "lease_id": lease.lease_id,
+        "holder": lease.holder,
+        "run_id": lease.run_id,
+        "attempt_id": lease.attempt_id,
+        "cpus": lease.cpus,
+        "memory_mb": lease.memory_mb,
+        "storage_mb": lease.storage_mb,
+        "requested_at": lease.requested_at.isoformat(),
+        "expires_at": lease.expires_at.isoformat(),
+        "expired": lease.expires_at < now,
+    }
+
+
+def _leases_table(title: str, leases: list[dict]) -> Table:
+    table = folding_table("holder", "run / attempt", "cpus", "memory MB", "storage MB", "expires")
+    table.title = title
+    for lease in leases:
+        table.add_row(
+            lease["holder"],
+            f"{lease['run_id'] or '-'} / {lease['attempt_id'] or '-'}",
+            f"{lease['cpus']:g}",
+            str(lease["memory_mb"]),
+            str(lease["storage_mb"]),
+            lease["expires_at"] + (" (expired)" if lease["expired"] else ""),
+        )
+    return table
+
+
+@pool_app.command("show")
+def show(as_json: bool = JSON_OPTION) -> None:
+    """The pool's limits and use, its held leases and the requests waiting, oldest first
+    (the pool is `SYNTH_ADMISSION_POOL`, by default this host's name)."""
+    pool = WorkerPool.configured(settings())
+    pool_name = pool.name
+    leases = pool_leases(control_engine(), pool_name)
+    now = datetime.now(UTC)
+    held = [lease for lease in leases if lease.state == "held"]
+    use = PoolUse.of(held)
+    document = {
+        "pool": pool_name,
+        "limits": pool.limits.model_dump(),
+        "use": {
+            "active_attempts": use.active,
+            "cpus": use.cpus,
+            "memory_mb": use.memory_mb,
+            "storage_mb": use.storage_mb,
+        },
+        "held": [_lease_document(lease, now) for lease in held],
+        "waiting": [_lease_document(lease, now) for lease in leases if lease.state == "waiting"],
+    }
+
+    def render() -> None:
+        limits, taken = document["limits"], document["use"]
+        console.print(f"[bold]pool {pool_name}[/]", soft_wrap=True)
+        console.print(
+            f"attempts: {taken['active_attempts']} of {limits['max_active_attempts']}\n"
+            f"cpus: {taken['cpus']:g} of {limits['cpus']:g}\n"
+            f"memory MB: {taken['memory_mb']} of {limits['memory_mb']}\n"
+            f"storage MB: {taken['storage_mb']} of {limits['storage_mb']}"
+        )
+        console.print(_leases_table("held", document["held"]))
+        console.print(_leases_table("waiting", document["waiting"]))
+
+    emit("pool show", document, as_json, render)

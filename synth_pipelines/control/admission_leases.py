@@ -1,0 +1,230 @@
+"""Admission leases: one worker pool's budget, shared by every run whose attempts use it.
+
+Each attempt asks for room with a lease row (waiting) and runs once the row is held.
+Every decision is taken in one transaction that no other process can interleave (SQLite:
+`BEGIN IMMEDIATE`; PostgreSQL: a transaction lock per pool), so two processes never both
+take the last slot. Rows carry an expiry their holder keeps pushing forward; a row whose
+holder died stops being renewed and the next decision in its pool deletes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import Connection, Engine, delete, insert, select, update
+
+from synth_pipelines.contracts.plan import ResourceBudget
+from synth_pipelines.control.database import hold_lock
+from synth_pipelines.control.schema import admission_leases
+
+
+@dataclass(frozen=True)
+class ResourceDemand:
+    """What one attempt holds while it runs."""
+
+    cpus: float
+    memory_mb: int
+    storage_mb: int
+
+
+class Lease(BaseModel):
+    model_config = ConfigDict(from_attributes=True, frozen=True)
+
+    lease_id: str
+    pool: str
+    holder: str
+    run_id: str | None
+    attempt_id: str | None
+    cpus: float
+    memory_mb: int
+    storage_mb: int
+    state: Literal["waiting", "held"]
+    requested_at: datetime
+    expires_at: datetime
+
+    @property
+    def demand(self) -> ResourceDemand:
+        return ResourceDemand(self.cpus, self.memory_mb, self.storage_mb)
+
+
+class LeaseLostError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class PoolUse:
+    """What the held leases of a pool take together."""
+
+    active: int
+    cpus: float
+    memory_mb: int
+    storage_mb: int
+
+    @classmethod
+    def of(cls, leases: list[Lease]) -> PoolUse:
+        return cls(
+            active=len(leases),
+            cpus=sum(lease.cpus for lease in leases),
+            memory_mb=sum(lease.memory_mb for lease in leases),
+            storage_mb=sum(lease.storage_mb for lease in leases),
+        )
+
+    def plus(self, demand: ResourceDemand) -> PoolUse:
+        return PoolUse(
+            self.active + 1,
+            self.cpus + demand.cpus,
+            self.memory_mb + demand.memory_mb,
+            self.storage_mb + demand.storage_mb,
+        )
+
+    def within(self, limits: ResourceBudget) -> bool:
+        return (
+            self.active <= limits.max_active_attempts
+            and self.cpus <= limits.cpus + 1e-9
+            and self.memory_mb <= limits.memory_mb
+            and self.storage_mb <= limits.storage_mb
+        )
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _aware(moment: datetime) -> datetime:
+    # SQLite hands timestamps back without their zone; they were written in UTC.
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _pool_lock_id(pool: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"admission:{pool}".encode()).digest()[:8], signed=True)
+
+
+@contextmanager
+def _pool_transaction(engine: Engine, pool: str) -> Iterator[Connection]:
+    """A transaction that holds the pool to itself from its first statement."""
+    with engine.connect() as conn:
+        if conn.dialect.name == "sqlite":
+            # A deferred transaction that reads before it writes can lose its snapshot to
+            # a concurrent writer; taking the write lock first makes it wait instead.
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        else:
+            hold_lock(conn, _pool_lock_id(pool))
+        # An error leaves without committing: closing the connection rolls back.
+        yield conn
+        conn.commit()
+
+
+def _leases(conn: Connection, pool: str) -> list[Lease]:
+    rows = conn.execute(
+        select(admission_leases)
+        .where(admission_leases.c.pool == pool)
+        .order_by(admission_leases.c.requested_at, admission_leases.c.lease_id)
+    ).all()
+    return [
+        Lease.model_validate(
+            {
+                **row._mapping,
+                "requested_at": _aware(row.requested_at),
+                "expires_at": _aware(row.expires_at),
+            }
+        )
+        for row in rows
+    ]
+
+
+def request_lease(
+    engine: Engine,
+    pool: str,
+    holder: str,
+    demand: ResourceDemand,
+    ttl: timedelta,
+    *,
+    run_id: str | None = None,
+    attempt_id: str | None = None,
+) -> str:
+    """Queue a request for room in `pool`; its place in line is the time it was asked."""
+    lease_id = uuid.uuid4().hex
+    now = _now()
+    with engine.begin() as conn:
+        conn.execute(
+            insert(admission_leases).values(
+                lease_id=lease_id,
+                pool=pool,
+                holder=holder,
+                run_id=run_id,
+                attempt_id=attempt_id,
+                cpus=demand.cpus,
+                memory_mb=demand.memory_mb,
+                storage_mb=demand.storage_mb,
+                state="waiting",
+                requested_at=now,
+                expires_at=now + ttl,
+            )
+        )
+    return lease_id
+
+
+def try_admit(
+    engine: Engine, pool: str, lease_id: str, limits: ResourceBudget, ttl: timedelta
+) -> bool:
+    """Hold the lease if the pool has room for it once every older waiting request that
+    fits has been served first (first come, first served among those that fit, so a large
+    request does not stop smaller ones from using what is left). A request still waiting
+    is kept alive for another `ttl`."""
+    with _pool_transaction(engine, pool) as conn:
+        now = _now()
+        conn.execute(
+            delete(admission_leases).where(
+                admission_leases.c.pool == pool, admission_leases.c.expires_at < now
+            )
+        )
+        leases = _leases(conn, pool)
+        mine = next((lease for lease in leases if lease.lease_id == lease_id), None)
+        if mine is None:
+            raise LeaseLostError(
+                f"admission request {lease_id} in pool {pool!r} expired before it was "
+                "admitted; its holder stopped renewing it for longer than the lease's ttl"
+            )
+        use = PoolUse.of([lease for lease in leases if lease.state == "held"])
+        for ahead in leases:
+            if ahead.lease_id == lease_id:
+                break
+            if ahead.state == "waiting" and use.plus(ahead.demand).within(limits):
+                use = use.plus(ahead.demand)
+        admitted = use.plus(mine.demand).within(limits)
+        conn.execute(
+            update(admission_leases)
+            .where(admission_leases.c.lease_id == lease_id)
+            .values(state="held" if admitted else "waiting", expires_at=now + ttl)
+        )
+        return admitted
+
+
+def renew_lease(engine: Engine, lease_id: str, ttl: timedelta) -> bool:
+    """Push the lease's expiry forward; False once it has been reclaimed."""
+    with engine.begin() as conn:
+        renewed = conn.execute(
+            update(admission_leases)
+            .where(admission_leases.c.lease_id == lease_id)
+            .values(expires_at=_now() + ttl)
+        )
+    return renewed.rowcount == 1
+
+
+def release_lease(engine: Engine, lease_id: str) -> None:
+    with engine.begin() as conn:
+        conn.execute(delete(admission_leases).where(admission_leases.c.lease_id == lease_id))
+
+
+def pool_leases(engine: Engine, pool: str) -> list[Lease]:
+    """The pool's leases, held and waiting, oldest request first; expired ones included
+    until the next admission decision reclaims them."""
+    with engine.connect() as conn:
+        return _leases(conn, pool)

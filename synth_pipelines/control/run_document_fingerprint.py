@@ -1,0 +1,52 @@
+"""What `synth run show --json` of a run is computed from, reduced to one digest.
+
+The document is built from the run's row, its stop events (the stop cause), its
+batches' tallies and its policy updates, with the object store's address, by the code of the
+platform's CLI, control, contracts and runtime packages. The digest covers every one of
+those, so a stored document whose digest still matches is exactly what a fresh read
+would print. Standard library only: the start-up path computes it before pydantic or
+SQLAlchemy are loaded, through a DB-API cursor of either database.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+PACKAGE = Path(__file__).resolve().parent.parent
+CODE = ("cli", "control", "contracts", "runtime")
+"""The packages whose code builds the document: a changed line invalidates every copy."""
+
+STOP_EVENTS = ("run.interrupted", "run.failed")
+"""The only events the document reads: an attempt finishing changes nothing in it until its
+batch's tally is stored, so a run under way is answered from the kept document between
+batches."""
+
+QUERIES = (
+    "SELECT * FROM runs WHERE run_id = {p}",
+    "SELECT max(seq) FROM run_events WHERE run_id = {p} AND kind IN ("
+    + ", ".join(f"'{kind}'" for kind in STOP_EVENTS)
+    + ")",
+    "SELECT batch_index, recorded_at FROM batch_results WHERE run_id = {p} ORDER BY batch_index",
+    "SELECT * FROM policy_updates WHERE run_id = {p} ORDER BY batch",
+)
+
+
+def code_digest() -> str:
+    digest = hashlib.sha256()
+    for package in CODE:
+        for source in sorted((PACKAGE / package).glob("*.py")):
+            digest.update(source.name.encode())
+            digest.update(source.read_bytes())
+    return digest.hexdigest()
+
+
+def run_document_fingerprint(cursor: Any, placeholder: str, run_id: str, objects_url: str) -> str:
+    """The digest of everything the run's document reads; `placeholder` is the driver's
+    parameter marker (`?` for sqlite3, `%s` for psycopg2)."""
+    digest = hashlib.sha256(f"{code_digest()}\n{objects_url}\n".encode())
+    for query in QUERIES:
+        cursor.execute(query.format(p=placeholder), (run_id,))
+        digest.update(repr(cursor.fetchall()).encode())
+    return digest.hexdigest()

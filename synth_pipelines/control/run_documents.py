@@ -1,0 +1,40 @@
+"""The last `synth run show --json` document of each run, kept with the fingerprint of
+what it was built from (`run_document_fingerprint.py`), so that the next identical read
+is answered without building it again."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import Engine
+from sqlalchemy.dialects import postgresql, sqlite
+
+from synth_pipelines.control.run_document_fingerprint import run_document_fingerprint
+from synth_pipelines.control.schema import run_documents
+
+
+def placeholder(engine: Engine) -> str:
+    return "?" if engine.dialect.name == "sqlite" else "%s"
+
+
+def current_fingerprint(engine: Engine, run_id: str, objects_url: str) -> str:
+    """Computed on the driver's own connection, as the start-up path computes it, so that
+    both see the same values in the same form."""
+    connection = engine.raw_connection()
+    try:
+        cursor = connection.cursor()
+        try:
+            return run_document_fingerprint(cursor, placeholder(engine), run_id, objects_url)
+        finally:
+            cursor.close()
+    finally:
+        connection.close()
+
+
+def store_run_document(engine: Engine, run_id: str, fingerprint: str, text: str) -> None:
+    values = {"fingerprint": fingerprint, "document": text, "stored_at": datetime.now(UTC)}
+    dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
+    statement = dialect.insert(run_documents).values(run_id=run_id, **values)
+    statement = statement.on_conflict_do_update(index_elements=["run_id"], set_=values)
+    with engine.begin() as conn:
+        conn.execute(statement)
