@@ -69,7 +69,8 @@ def test_a_run_whose_model_nobody_serves_is_refused_at_submission(state, tmp_pat
             unserved,
             (
                 "actor model: model 'deepseek-ai/DeepSeek-V3.1' is not served",
-                f"the model service at {model_url} serves synth/qwen3-learner, synth/qwen3-tiny",
+                f"the model service at {model_url} serves synth/deepseek-tiny, synth/glm-tiny, "
+                "synth/kimi-tiny, synth/qwen3-learner, synth/qwen3-tiny",
                 "synth model serve --base-model deepseek-ai/DeepSeek-V3.1",
             ),
         ),

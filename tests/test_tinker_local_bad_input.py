@@ -98,9 +98,10 @@ def test_token_outside_the_vocabulary_is_refused(client: tinker.ServiceClient) -
 def test_other_base_model_is_refused_with_how_to_serve_it(client: tinker.ServiceClient) -> None:
     with pytest.raises(tinker.RequestFailedError) as caught:
         client.create_lora_training_client("Qwen/Qwen3-8B", rank=2).result()
-    assert "serves 'synth/qwen3-tiny', 'synth/qwen3-learner', not 'Qwen/Qwen3-8B'" in str(
-        caught.value
-    )
+    assert (
+        "serves 'synth/qwen3-tiny', 'synth/qwen3-learner', 'synth/deepseek-tiny', "
+        "'synth/kimi-tiny', 'synth/glm-tiny', not 'Qwen/Qwen3-8B'"
+    ) in str(caught.value)
     assert "--base-model Qwen/Qwen3-8B" in str(caught.value)
 
 
