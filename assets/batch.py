@@ -361,7 +361,23 @@ def _trials_metadata(spec: RunSpec, binding, outcomes: list[TrialOutcome]) -> di
         "error_reasons": dg.MetadataValue.json(unscored.error_reasons),
         "sampler": binding.sampler,
         "actor_digest": spec.actor.digest,
+        "attempt_view": dg.MetadataValue.md(_attempt_view(outcomes)),
     }
+
+
+ATTEMPTS_NAMED = 8
+"""Attempts named on the page: the UI shows markdown in place only while it is short."""
+
+
+def _attempt_view(outcomes: list[TrialOutcome]) -> str:
+    """How to read any attempt of the batch: the command of the attempt view."""
+    named = ", ".join(f"`{outcome.attempt_id}`" for outcome in outcomes[:ATTEMPTS_NAMED])
+    more = f" and {len(outcomes) - ATTEMPTS_NAMED} more" if len(outcomes) > ATTEMPTS_NAMED else ""
+    return (
+        "`synth attempt show ATTEMPT --html ATTEMPT.html` writes one attempt's conversation, "
+        f"tool calls and grade as a page; this batch's attempts: {named}{more} "
+        "(all in `synth run events RUN`)."
+    )
 
 
 def assessment_version(rows: list[Assessment]) -> str:

@@ -2,6 +2,14 @@
 with its output, so `harbor view` shows the attempt; its JSON log keeps working."""
 
 import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from harbor.models.trajectories import Trajectory
@@ -38,7 +46,9 @@ def test_builtin_agent_writes_a_harbor_trajectory_with_tool_outputs(state, tmp_p
         )
         (outcome,) = trial_outcomes(run)
     assert outcome.exception_type is None, outcome.exception_message
-    agent_dir = restored_trial(outcome, tmp_path / "restored") / "agent"
+    # Restored as a trial inside a job folder: the layout `harbor view` scans.
+    trial_dir = restored_trial(outcome, tmp_path / "jobs" / "evaluation")
+    agent_dir = trial_dir / "agent"
     trajectory = Trajectory.model_validate_json((agent_dir / "trajectory.json").read_text())
     assert [step.source for step in trajectory.steps] == [
         "system",
@@ -66,3 +76,48 @@ def test_builtin_agent_writes_a_harbor_trajectory_with_tool_outputs(state, tmp_p
     log = [json.loads(line) for line in (agent_dir / "builtin.jsonl").read_text().splitlines()]
     tools = [entry for entry in log if entry["event"] == "tool"]
     assert [entry["output"] for entry in tools] == [result.content, written.content]
+    with harbor_viewer(tmp_path / "jobs") as base:
+        trials = get_json(f"{base}/api/jobs/evaluation/trials")
+        assert [trial["name"] for trial in trials["items"]] == [trial_dir.name]
+        shown = get_json(f"{base}/api/jobs/evaluation/trials/{trial_dir.name}/trajectory")
+    assert Trajectory.model_validate(shown) == trajectory
+    shown_failing, shown_writing = shown["steps"][2:4]
+    assert shown_failing["tool_calls"][0]["arguments"] == {"command": "exit 3"}
+    assert shown_failing["observation"]["results"][0]["content"] == result.content
+    assert shown_writing["observation"]["results"][0]["content"] == written.content
+
+
+@contextmanager
+def harbor_viewer(jobs: Path):
+    """`harbor view` serving the API (no frontend build) on a free local port."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    harbor = Path(sys.executable).with_name("harbor")
+    command = [str(harbor), "view", str(jobs), "--jobs", "--no-build", "--port", str(port)]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            assert server.poll() is None, server.stderr.read().decode()
+            try:
+                get_json(f"{base}/api/health")
+                break
+            except (urllib.error.URLError, ConnectionError):
+                assert time.monotonic() < deadline, "harbor view did not start"
+                time.sleep(0.2)
+        yield base
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        server.stderr.close()
+
+
+def get_json(url: str):
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.loads(response.read())

@@ -129,6 +129,12 @@ def test_asset_graph_checkpoint_page_and_launchpad_in_a_browser(trained_run, tmp
         expect(page.get_by_text("nothing in this run (its last batch)")).to_be_visible()
         keep("checkpoint-partition")
 
+        # A batch's trials name the attempt view, with the batch's own attempt ids.
+        visit(f"/assets/trials?view=partitions&partition={trained_run}")
+        expect(page.get_by_text("synth attempt show ATTEMPT --html").first).to_be_visible()
+        expect(page.get_by_text(f"{trained_run}.").first).to_be_visible()
+        keep("trials-partition")
+
         visit("/locations/synth_pipelines/jobs/launch_experiment/playground")
         editor = page.locator(".CodeMirror")
         expect(editor).to_contain_text("dataset: synth/sample@v1")
