@@ -41,6 +41,17 @@ def accept(
     profile: dict, *, judge: dict | None = None, attempts: int = 1, kind: str = "eval"
 ) -> RunRecord:
     """A run of the published `test/one@v1`, accepted as `synth run start` accepts it."""
+    plan = {
+        "kind": kind,
+        "attempts_per_task": attempts,
+        "budget": {"max_active_attempts": 1, "cpus": 2, "memory_mb": 4096, "storage_mb": 8192},
+    }
+    return accept_plan(profile, plan, judge=judge)
+
+
+def accept_plan(profile: dict, plan: dict, *, judge: dict | None = None) -> RunRecord:
+    """A run of the published `test/one@v1` with this plan, accepted as `synth run start`
+    accepts it."""
     engine = control_engine()
     dataset = get_dataset(engine, "test/one@v1")
     request = RunRequest(
@@ -53,11 +64,7 @@ def accept(
         ),
         actor=PinnedProfile.from_document(profile),
         judge=PinnedProfile.from_document(judge) if judge else None,
-        plan={
-            "kind": kind,
-            "attempts_per_task": attempts,
-            "budget": {"max_active_attempts": 1, "cpus": 2, "memory_mb": 4096, "storage_mb": 8192},
-        },
+        plan=plan,
     )
     return accept_run(engine, request)[0]
 

@@ -176,30 +176,14 @@ def run_worker(run_id: str, ready: str, go: str) -> None:
 
 
 def _accept_evaluation() -> str:
-    from synth_pipelines.contracts.profile import PinnedProfile
-    from synth_pipelines.contracts.run_spec import DatasetPin, RunRequest
-    from synth_pipelines.control.runs import accept_run
-    from synth_pipelines.registry.datasets import get_dataset
-    from tests.agent_runs import profile_document
+    from tests.agent_runs import accept_plan, profile_document
 
-    engine = control_engine()
-    dataset = get_dataset(engine, "test/one@v1")
-    request = RunRequest(
-        owner=settings().owner,
-        dataset=DatasetPin(
-            name=dataset.name,
-            version=dataset.version,
-            digest=dataset.digest,
-            task_count=dataset.task_count,
-        ),
-        actor=PinnedProfile.from_document(profile_document("oracle.json")),
-        plan={
-            "kind": "eval",
-            "attempts_per_task": 3,
-            "budget": {"max_active_attempts": 2, "cpus": 4, "memory_mb": 4096, "storage_mb": 4096},
-        },
-    )
-    return accept_run(engine, request)[0].run_id
+    plan = {
+        "kind": "eval",
+        "attempts_per_task": 3,
+        "budget": {"max_active_attempts": 2, "cpus": 4, "memory_mb": 4096, "storage_mb": 4096},
+    }
+    return accept_plan(profile_document("oracle.json"), plan).run_id
 
 
 def _worker_environment(root: Path) -> dict[str, str]:

@@ -14,14 +14,9 @@ from typer.testing import CliRunner
 
 from synth_pipelines.cli.json_documents import validated
 from synth_pipelines.cli.main import app
-from synth_pipelines.config import settings
-from synth_pipelines.contracts.profile import PinnedProfile
-from synth_pipelines.contracts.run_spec import DatasetPin, RunRequest
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.policy_updates import run_updates
-from synth_pipelines.control.runs import accept_run
-from synth_pipelines.registry.datasets import get_dataset
-from tests.agent_runs import profile_document, publish, run_batches, trial_outcomes
+from tests.agent_runs import accept_plan, profile_document, publish, run_batches, trial_outcomes
 from tests.conftest import SAMPLE_DATASET
 from tests.recorded_batches import (
     REWARDS,
@@ -107,25 +102,13 @@ def test_an_evaluation_has_one_row_per_batch_agreeing_with_run_show(state, tmp_p
     for task in EVALUATED:
         shutil.copytree(SAMPLE_DATASET / task, tmp_path / "dataset" / task)
     publish(tmp_path / "dataset")
-    engine = control_engine()
-    dataset = get_dataset(engine, "test/one@v1")
-    request = RunRequest(
-        owner=settings().owner,
-        dataset=DatasetPin(
-            name=dataset.name,
-            version=dataset.version,
-            digest=dataset.digest,
-            task_count=dataset.task_count,
-        ),
-        actor=PinnedProfile.from_document(profile_document("oracle.json")),
-        plan={
-            "kind": "eval",
-            "attempts_per_task": 2,
-            "tasks_per_batch": 1,
-            "budget": {"max_active_attempts": 2, "cpus": 2, "memory_mb": 4096, "storage_mb": 8192},
-        },
-    )
-    run = run_batches(accept_run(engine, request)[0])
+    plan = {
+        "kind": "eval",
+        "attempts_per_task": 2,
+        "tasks_per_batch": 1,
+        "budget": {"max_active_attempts": 2, "cpus": 2, "memory_mb": 4096, "storage_mb": 8192},
+    }
+    run = run_batches(accept_plan(profile_document("oracle.json"), plan))
     assert run.status == "succeeded"
 
     document = json.loads(metrics(run.run_id, "--json").stdout)
