@@ -42,13 +42,13 @@ from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.contracts.run_spec import RunSpec, batch_key, parse_batch_key
 from synth_pipelines.contracts.trial import TrialOutcome
 from synth_pipelines.control.events import record_event
+from synth_pipelines.control.run_lifecycle import complete_batch, start_batch
 from synth_pipelines.control.runs import get_run
 from synth_pipelines.control.table_outputs import load_table
-from synth_pipelines.judging.regrade import RegradeRefusedError, regrade_batch
+from synth_pipelines.judging.assessing import Assessor, trial_assessment
 from synth_pipelines.runtime.admission import WorkerPool
-from synth_pipelines.runtime.assessing import Assessor, trial_assessment
 from synth_pipelines.runtime.batch_plan import plan_batch
-from synth_pipelines.runtime.lifecycle import complete_batch, start_batch
+from synth_pipelines.runtime.regrade import RegradeRefusedError, regrade_batch
 from synth_pipelines.runtime.results import summarize, summarize_unscored
 from synth_pipelines.runtime.trial_batch import run_batch_trials
 

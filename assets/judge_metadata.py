@@ -4,12 +4,11 @@ training backend serves."""
 
 from __future__ import annotations
 
-from proxy.errors import ProxyError
-from proxy.model_registry import TinkerRoute
-from proxy.server import model_registry
 from synth_pipelines.config import settings
+from synth_pipelines.contracts.api_errors import ApiError
 from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.contracts.run_spec import RunSpec
+from synth_pipelines.rendering.model_registry import TinkerRoute, configured_registry
 
 
 def assessing_judge(spec: RunSpec, regrade_id: str, regrade_judge: str) -> PinnedProfile | None:
@@ -26,8 +25,8 @@ def judge_route(model: str) -> str:
     if model.startswith("tinker://"):
         return "tinker"
     try:
-        backend = model_registry(settings()).get(model).backend
-    except ProxyError:
+        backend = configured_registry(settings()).get(model).backend
+    except ApiError:
         return "not served"
     return "tinker" if isinstance(backend, TinkerRoute) else backend.sampler
 

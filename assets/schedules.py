@@ -19,7 +19,7 @@ from synth_pipelines.config import settings
 from synth_pipelines.control.checkpoints import newest_checkpoint
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.runtime.served_models import ModelNotServedError, served_models
-from synth_pipelines.runtime.submission import Submission, SubmissionError, submit_run
+from synth_pipelines.submission.run_requests import Submission, SubmissionError, submit_run
 
 DEFAULT_PLAN = '{"kind": "eval", "attempts_per_task": 1}'
 

@@ -19,9 +19,9 @@ from assets.run_tags import run_tags
 from synth_pipelines.contracts.run_spec import batch_key, parse_batch_key
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import RunEvent, read_events
+from synth_pipelines.control.run_lifecycle import interrupt_run
 from synth_pipelines.control.runs import RunRecord, get_run
 from synth_pipelines.runtime.failures import innermost_cause
-from synth_pipelines.runtime.lifecycle import interrupt_run
 
 
 @dataclass

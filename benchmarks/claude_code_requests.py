@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from proxy.thinking_signature import sign_thinking
+from synth_pipelines.rendering.thinking_signature import sign_thinking
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

@@ -28,7 +28,6 @@ from tinker_cookbook.completers import TokensWithLogprobs
 from tinker_cookbook.rl.data_processing import trajectory_to_data
 from tinker_cookbook.rl.types import Trajectory, Transition
 
-from proxy.model_registry import ModelRegistry
 from synth_pipelines.contracts.profile import Profile
 from synth_pipelines.learning.demonstrations import (
     demonstration_turns,
@@ -38,10 +37,11 @@ from synth_pipelines.learning.demonstrations import (
 )
 from synth_pipelines.learning.trainer import adam
 from synth_pipelines.learning.warm_start import turn_datum
+from synth_pipelines.rendering.model_names import QWEN3_LEARNER
+from synth_pipelines.rendering.model_registry import ModelRegistry
 from synth_pipelines.runtime.comparison import Proportion, fisher_exact
 from synth_pipelines.tinker_local.allocator import keep_freed_memory
 from synth_pipelines.tinker_local.app import create_app
-from synth_pipelines.tinker_local.names import QWEN3_LEARNER
 from synth_pipelines.tinker_local.server import serving
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -29,10 +29,10 @@ import torch
 from tinker import types
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
+from synth_pipelines.rendering.model_names import QWEN3_TINY
 from synth_pipelines.tinker_local.app import create_app
 from synth_pipelines.tinker_local.backbone import Backbone, load_backbone, qwen3_tokenizer_dir
 from synth_pipelines.tinker_local.lora import Adapter, LoraSlots, LoraSpec
-from synth_pipelines.tinker_local.names import QWEN3_TINY
 from synth_pipelines.tinker_local.server import serving
 
 QWEN3_1_7B = Qwen3Config(

@@ -14,10 +14,10 @@ import httpx
 import pyarrow.parquet as pq
 from sqlalchemy import func, select
 
-from proxy.credentials import load_signing_key, mint_token
 from synth_pipelines.config import Settings
 from synth_pipelines.control.database import engine_for
 from synth_pipelines.control.schema import evidence_calls, evidence_chunks
+from synth_pipelines.credentials import load_signing_key, mint_token
 from synth_pipelines.evidence.reader import read_attempt_evidence
 from synth_pipelines.storage.objectstore import open_object_store
 

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import httpx
 
+from synth_pipelines.rendering.model_names import QWEN3_TINY
 from synth_pipelines.tinker_local.backbone import qwen3_tokenizer_dir
-from synth_pipelines.tinker_local.names import QWEN3_TINY
 
 MODEL = QWEN3_TINY
 BACKEND_KEY = "tml-benchmark"

@@ -27,9 +27,9 @@ import time
 from collections.abc import Callable
 
 from benchmarks.claude_code_requests import first_request, grown_conversation
-from proxy.adapters import adapter_for
-from proxy.messages import parse_messages_request
-from proxy.prefix_cache import CacheScope, PrefixCache
+from synth_pipelines.contracts.messages import parse_messages_request
+from synth_pipelines.rendering.adapters import adapter_for
+from synth_pipelines.rendering.prefix_cache import CacheScope, PrefixCache
 
 SIZES = {"first request": None, "+0 turns": 0, "+5 turns": 5, "+10 turns": 10, "+20 turns": 20}
 SCOPE = CacheScope("bench", "bench", "synth/qwen3-tiny", "session", "main")

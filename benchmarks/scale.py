@@ -48,7 +48,6 @@ from benchmarks.process_memory import MemoryWatch
 from benchmarks.proxy import percentile
 from benchmarks.scale_floor import Throughput, bare_trials
 from benchmarks.trivial_tasks import write_dataset
-from proxy.credentials import load_signing_key, mint_token
 from synth_pipelines.config import settings
 from synth_pipelines.contracts.plan import EvalPlan
 from synth_pipelines.contracts.profile import PinnedProfile
@@ -57,6 +56,7 @@ from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import read_events
 from synth_pipelines.control.runs import RunRecord, accept_run, get_run
 from synth_pipelines.control.schema import evidence_calls, evidence_chunks, run_events
+from synth_pipelines.credentials import load_signing_key, mint_token
 from synth_pipelines.registry.datasets import publish_dataset
 from synth_pipelines.storage.objectstore import open_object_store
 

@@ -28,18 +28,18 @@ from pathlib import Path
 import tinker
 from transformers import AutoTokenizer
 
-from proxy.server import model_registry
 from synth_pipelines.config import settings
 from synth_pipelines.contracts.plan import WarmStartPlan
 from synth_pipelines.control.database import engine_for
 from synth_pipelines.learning.captured_demonstrations import CapturedExample, captured_examples
 from synth_pipelines.learning.trainer import adam
 from synth_pipelines.learning.warm_start import example_datum, step_choices
+from synth_pipelines.rendering.model_names import QWEN3_LEARNER
+from synth_pipelines.rendering.model_registry import configured_registry
 from synth_pipelines.storage.objectstore import open_object_store
 from synth_pipelines.tinker_local.allocator import keep_freed_memory
 from synth_pipelines.tinker_local.app import create_app
 from synth_pipelines.tinker_local.backbone import qwen3_tokenizer_dir
-from synth_pipelines.tinker_local.names import QWEN3_LEARNER
 from synth_pipelines.tinker_local.server import serving
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,7 +116,7 @@ def main() -> None:
         engine_for(config.control_database_url),
         open_object_store(config.objects_url),
         args.captured_run,
-        model_registry(config),
+        configured_registry(config),
         QWEN3_LEARNER,
     )
     tokenizer = AutoTokenizer.from_pretrained(qwen3_tokenizer_dir(), local_files_only=True)

@@ -30,10 +30,23 @@ from proxy import worker_calls
 from proxy.auth import Authenticated, require_role
 from proxy.capture import CaptureSink, DagsterReporter
 from proxy.checkpoint_models import checkpoint_lookup
-from proxy.credentials import load_signing_key
-from proxy.errors import ErrorDetail, ErrorResponse, ErrorType, ProxyError, field_path
 from proxy.inference_routes import InferenceRoutes
-from proxy.messages import (
+from proxy.metrics import ProxyMetrics
+from proxy.openapi import error_responses, install_openapi, json_request_body
+from proxy.request_body import json_body
+from proxy.revocations import RevokedTokens
+from proxy.sandbox_listener import SandboxListenerGate
+from proxy.token_limits import TokenLimits
+from proxy.worker_calls import CallRecord, ErrorResult, Finished, Prepared, WorkerConfig
+from proxy.workers import CallWorkers
+from synth_pipelines.contracts.api_errors import (
+    ApiError,
+    ErrorDetail,
+    ErrorResponse,
+    ErrorType,
+    field_path,
+)
+from synth_pipelines.contracts.messages import (
     CountTokensRequest,
     CountTokensResponse,
     Message,
@@ -48,21 +61,14 @@ from proxy.messages import (
     content_block_events,
     sse_frame,
 )
-from proxy.metrics import ProxyMetrics
-from proxy.model_registry import ModelEntry, ModelRegistry, TinkerRoute
-from proxy.openapi import error_responses, install_openapi, json_request_body
-from proxy.prefix_cache import CacheScope
-from proxy.request_body import json_body
-from proxy.revocations import RevokedTokens
-from proxy.sandbox_listener import SandboxListenerGate
-from proxy.token_limits import TokenLimits
-from proxy.worker_calls import CallRecord, ErrorResult, Finished, Prepared, WorkerConfig
-from proxy.workers import CallWorkers
 from synth_pipelines.contracts.scoped_token import TokenClaims
 from synth_pipelines.control.database import engine_for
 from synth_pipelines.control.faults import record_fault
+from synth_pipelines.credentials import load_signing_key
 from synth_pipelines.evidence.publisher import EvidencePublisher
 from synth_pipelines.evidence.spool import Spool
+from synth_pipelines.rendering.model_registry import ModelEntry, ModelRegistry, TinkerRoute
+from synth_pipelines.rendering.prefix_cache import CacheScope
 from synth_pipelines.storage.objectstore import open_object_store
 
 PING_INTERVAL_SEC = 10.0
@@ -112,7 +118,7 @@ class ProxyState:
     inference: InferenceRoutes
     """Calls to inference-only routes (not tinker), made from this process."""
 
-    async def record_fault(self, claims: TokenClaims | None, error: ProxyError) -> None:
+    async def record_fault(self, claims: TokenClaims | None, error: ApiError) -> None:
         """Durably, before the error response goes out: the runtime reads it once the
         harness has ended, which may be as soon as it has this response."""
         if claims is None or claims.role == "operator" or error.error_type not in PLATFORM_FAULTS:
@@ -129,7 +135,7 @@ class ProxyState:
         )
 
 
-def _error_response(error: ProxyError) -> JSONResponse:
+def _error_response(error: ApiError) -> JSONResponse:
     return JSONResponse(
         error.response().model_dump(), status_code=error.status_code, headers=error.headers
     )
@@ -251,8 +257,8 @@ def create_app(config: ProxyConfig) -> FastAPI:
     def get_state() -> ProxyState:
         return state_holder["state"]
 
-    @app.exception_handler(ProxyError)
-    async def _proxy_error(request: Request, error: ProxyError) -> JSONResponse:
+    @app.exception_handler(ApiError)
+    async def _proxy_error(request: Request, error: ApiError) -> JSONResponse:
         await get_state().record_fault(getattr(request.state, "claims", None), error)
         return _error_response(error)
 
@@ -260,7 +266,7 @@ def create_app(config: ProxyConfig) -> FastAPI:
     async def _invalid_body(_request: Request, error: RequestValidationError) -> JSONResponse:
         problem = error.errors()[0]
         detail = f"{field_path(tuple(problem['loc'][1:]))}: {problem['msg']}"
-        return _error_response(ProxyError("invalid_request_error", detail))
+        return _error_response(ApiError("invalid_request_error", detail))
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, error: HTTPException) -> JSONResponse:
@@ -357,11 +363,11 @@ def create_app(config: ProxyConfig) -> FastAPI:
             entry = state.registry.get(prepared.model)
             checkpoint = state.registry.checkpoint(prepared.model)
             if checkpoint is not None and checkpoint.owner != who.claims.owner:
-                raise ProxyError(
+                raise ApiError(
                     "permission_error",
                     f"checkpoint {prepared.model} belongs to another owner",
                 )
-        except ProxyError:
+        except ApiError:
             state.workers.tell(worker, "abandon", call_id)
             raise
         record = CallRecord(
@@ -406,7 +412,7 @@ async def _inference_response(
     record: CallRecord,
     claims: TokenClaims,
 ) -> Response:
-    async def on_error(error: ProxyError) -> None:
+    async def on_error(error: ApiError) -> None:
         state.metrics.requests.labels("messages", error.error_type).inc()
         await state.record_fault(claims, error)
 
@@ -475,7 +481,7 @@ class _Call:
                     break
                 yield sse_frame(PingEvent())
             message = work.result()
-        except ProxyError as error:
+        except ApiError as error:
             self.state.metrics.requests.labels("messages", error.error_type).inc()
             await self.state.record_fault(self.claims, error)
             yield sse_frame(error.response())

@@ -7,11 +7,16 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from proxy.credentials import TokenInvalidError, TokenScopeError, check_model, verify_token
-from proxy.errors import ProxyError
-from proxy.model_registry import CheckpointModel
 from proxy.revocations import revoked_message
+from synth_pipelines.contracts.api_errors import ApiError
 from synth_pipelines.contracts.scoped_token import TokenClaims
+from synth_pipelines.credentials import (
+    TokenInvalidError,
+    TokenScopeError,
+    check_model,
+    verify_token,
+)
+from synth_pipelines.rendering.model_registry import CheckpointModel
 
 
 @dataclass(frozen=True)
@@ -20,16 +25,16 @@ class Caller:
 
     def check_model(self, model: str) -> None:
         if self.claims.role == "operator":
-            raise ProxyError("permission_error", "an operator token cannot sample models")
+            raise ApiError("permission_error", "an operator token cannot sample models")
         try:
             check_model(self.claims, model)
         except TokenScopeError as error:
-            raise ProxyError("permission_error", str(error)) from None
+            raise ApiError("permission_error", str(error)) from None
 
     def check_checkpoint_owner(self, model: str, checkpoint: CheckpointModel | None) -> None:
         """A checkpoint is served, and described, only to its owner's tokens."""
         if checkpoint is not None and checkpoint.owner != self.claims.owner:
-            raise ProxyError("permission_error", f"checkpoint {model} belongs to another owner")
+            raise ApiError("permission_error", f"checkpoint {model} belongs to another owner")
 
 
 def _presented_token(request: Request) -> str | None:
@@ -44,7 +49,7 @@ def _presented_token(request: Request) -> str | None:
 async def caller(request: Request) -> Caller:
     token = _presented_token(request)
     if token is None:
-        raise ProxyError(
+        raise ApiError(
             "authentication_error",
             "x-api-key header is required (or Authorization: Bearer <token>); "
             "mint one with `synth proxy token`",
@@ -53,18 +58,18 @@ async def caller(request: Request) -> Caller:
     try:
         claims = verify_token(state.signing_key, token)
     except TokenInvalidError as error:
-        raise ProxyError("authentication_error", str(error)) from None
+        raise ApiError("authentication_error", str(error)) from None
     # Kept on the request so that a refusal further on can be recorded against the attempt.
     request.state.claims = claims
     revoked = state.revocations.reason(claims.token_id)
     if revoked is not None:
-        raise ProxyError("authentication_error", revoked_message(revoked))
+        raise ApiError("authentication_error", revoked_message(revoked))
     return Caller(claims)
 
 
 def require_role(who: Caller, role: str) -> None:
     if who.claims.role != role:
-        raise ProxyError("permission_error", f"this endpoint needs a token with role {role!r}")
+        raise ApiError("permission_error", f"this endpoint needs a token with role {role!r}")
 
 
 Authenticated = Annotated[Caller, Depends(caller)]

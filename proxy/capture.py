@@ -69,7 +69,7 @@ class DagsterReporter:
 
     def _dagster(self) -> DagsterInstance:
         if self._instance is None:
-            from synth_pipelines.cli.dagster_link import dagster_instance
+            from resources.dagster_instance import dagster_instance
 
             self._instance = dagster_instance()
         return self._instance

@@ -13,8 +13,8 @@ import json
 import uuid
 from typing import Any
 
-from proxy.errors import ProxyError
-from proxy.messages import (
+from synth_pipelines.contracts.api_errors import ApiError
+from synth_pipelines.contracts.messages import (
     ContentBlock,
     Message,
     MessageParam,
@@ -113,7 +113,7 @@ def chat_message(response: dict[str, Any], message_id: str, model: str) -> Messa
         answer = choice["message"]
         finish_reason = choice.get("finish_reason") or "stop"
     except (KeyError, IndexError, TypeError):
-        raise ProxyError(
+        raise ApiError(
             "api_error",
             f"the chat-completions server answered without a choice: {json.dumps(response)[:300]}",
         ) from None
@@ -146,7 +146,7 @@ def _tool_use(call: dict[str, Any]) -> ToolUseBlock:
     except json.JSONDecodeError:
         parsed = None
     if not isinstance(parsed, dict):
-        raise ProxyError(
+        raise ApiError(
             "api_error",
             f"the chat-completions server called {function.get('name')!r} with arguments "
             f"that are not a JSON object: {str(arguments)[:200]}",

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from proxy.model_registry import CheckpointLookup, CheckpointModel
 from synth_pipelines.control.checkpoints import find_checkpoint
 from synth_pipelines.control.database import engine_for
+from synth_pipelines.rendering.model_registry import CheckpointLookup, CheckpointModel
 
 
 def checkpoint_lookup(database_url: str) -> CheckpointLookup:

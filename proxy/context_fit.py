@@ -15,10 +15,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from proxy.adapters.base import ModelAdapter
-from proxy.errors import invalid_request
-from proxy.messages import MessagesRequest, TextBlockParam, ToolResultBlockParam, ToolUseBlockParam
-from proxy.model_registry import ModelEntry
+from synth_pipelines.contracts.api_errors import invalid_request
+from synth_pipelines.contracts.messages import (
+    MessagesRequest,
+    TextBlockParam,
+    ToolResultBlockParam,
+    ToolUseBlockParam,
+)
+from synth_pipelines.rendering.adapters.base import ModelAdapter
+from synth_pipelines.rendering.model_registry import ModelEntry
 
 KEEP_CHARACTERS = (16_000, 4_000, 1_000)
 SKILL_TOOL_NAME = "Skill"

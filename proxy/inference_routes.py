@@ -23,8 +23,11 @@ from sqlalchemy import Engine
 
 from proxy.capture import stage_text_call
 from proxy.chat_translation import chat_message, chat_request
-from proxy.errors import ProxyError
-from proxy.messages import (
+from proxy.revocations import revoked_message
+from proxy.worker_calls import CallRecord
+from synth_pipelines.contracts.api_errors import ApiError
+from synth_pipelines.contracts.interaction import Interaction
+from synth_pipelines.contracts.messages import (
     Message,
     MessageDelta,
     MessageDeltaEvent,
@@ -38,16 +41,18 @@ from proxy.messages import (
     parse_messages_request,
     sse_frame,
 )
-from proxy.model_registry import AnthropicRoute, InferenceRoute, ModelEntry, OpenAIChatRoute
-from proxy.revocations import revoked_message
-from proxy.worker_calls import CallRecord
-from synth_pipelines.contracts.interaction import Interaction
 from synth_pipelines.evidence.spool import Spool
+from synth_pipelines.rendering.model_registry import (
+    AnthropicRoute,
+    InferenceRoute,
+    ModelEntry,
+    OpenAIChatRoute,
+)
 
 ANTHROPIC_VERSION = "2023-06-01"
 PING_INTERVAL_SEC = 10.0
 
-FaultRecorder = Callable[[ProxyError], Awaitable[None]]
+FaultRecorder = Callable[[ApiError], Awaitable[None]]
 
 
 class InferenceRoutes:
@@ -82,7 +87,7 @@ class InferenceRoutes:
             stage_text_call, self._spool, self._engine, interaction, record.token_id
         )
         if revoked is not None:
-            raise ProxyError(
+            raise ApiError(
                 "authentication_error",
                 f"{revoked_message(revoked)}; it ended while this call was in flight, so "
                 "nothing of the call is recorded",
@@ -113,7 +118,7 @@ class InferenceRoutes:
                     break
                 yield sse_frame(PingEvent())
             message = work.result()
-        except ProxyError as error:
+        except ApiError as error:
             await on_error(error)
             yield sse_frame(error.response())
             return
@@ -146,7 +151,7 @@ class InferenceRoutes:
         try:
             upstream = Message.model_validate(answer)
         except ValueError as error:
-            raise ProxyError(
+            raise ApiError(
                 "api_error", f"the Anthropic endpoint {route.base_url} answered no message: {error}"
             ) from None
         return upstream.model_copy(update={"id": message_id, "model": request.model})
@@ -155,11 +160,11 @@ class InferenceRoutes:
         try:
             response = await self._client.post(url, json=body, headers=_headers(route))
         except httpx.HTTPError as error:
-            raise ProxyError(
+            raise ApiError(
                 "api_error", f"the {route.kind} route at {route.base_url} failed: {error!r}"
             ) from None
         if response.status_code != 200:
-            raise ProxyError(
+            raise ApiError(
                 "overloaded_error" if response.status_code in (429, 503, 529) else "api_error",
                 f"the {route.kind} route at {route.base_url} answered "
                 f"{response.status_code}: {response.text[:300]}",
@@ -214,7 +219,7 @@ def _headers(route: InferenceRoute) -> dict[str, str]:
     """The route's key from the proxy's own environment (never from the caller)."""
     key = os.environ.get(route.api_key_env) if route.api_key_env else None
     if route.api_key_env and not key:
-        raise ProxyError(
+        raise ApiError(
             "api_error",
             f"the {route.kind} route at {route.base_url} needs a key in ${route.api_key_env}, "
             "which the proxy's environment does not set",

@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
-from proxy.errors import ErrorResponse
+from synth_pipelines.contracts.api_errors import ErrorResponse
 
 _REF = "#/components/schemas/{model}"
 

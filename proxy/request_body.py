@@ -12,14 +12,14 @@ from collections.abc import Callable
 
 from fastapi import Request
 
-from proxy.errors import ProxyError, invalid_request
+from synth_pipelines.contracts.api_errors import ApiError, invalid_request
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
 """Anthropic's own limit for a Messages request."""
 
 
-def _too_large(size: str) -> ProxyError:
-    return ProxyError(
+def _too_large(size: str) -> ApiError:
+    return ApiError(
         "request_too_large",
         f"request body is {size} bytes, over the proxy's limit of {MAX_BODY_BYTES} bytes "
         "(32 MiB); shorten the conversation or the tool results",
@@ -38,7 +38,7 @@ def _check_media_type(request: Request) -> None:
         )
 
 
-async def json_body(request: Request, limit: int, too_large: Callable[[str], ProxyError]) -> bytes:
+async def json_body(request: Request, limit: int, too_large: Callable[[str], ApiError]) -> bytes:
     """The body's bytes; a wrong media type is a 400, and a body over `limit` (or over
     `MAX_BODY_BYTES`) the 413 `too_large` makes of its size, unread."""
     _check_media_type(request)

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import tinker
 
-from proxy.errors import ProxyError
-from proxy.model_registry import TinkerRoute
+from synth_pipelines.contracts.api_errors import ApiError
+from synth_pipelines.rendering.model_registry import TinkerRoute
 
 FORGOTTEN_SESSION = "unknown sampling session"
 """How the local model service refuses a sampling client it does not know (after a restart)."""
@@ -79,18 +79,16 @@ class TinkerSampler:
             async with asyncio.timeout(self._timeout_sec):
                 response = await self._sample(route, prompt_tokens, params)
         except TimeoutError:
-            raise ProxyError(
+            raise ApiError(
                 "api_error", f"the model backend did not answer within {self._timeout_sec:g} s"
             ) from None
         except tinker.RequestFailedError as error:
-            raise ProxyError(
-                "api_error", f"the model backend refused the request: {error}"
-            ) from None
+            raise ApiError("api_error", f"the model backend refused the request: {error}") from None
         except (tinker.TinkerError, OSError) as error:
-            raise ProxyError("api_error", f"the model backend failed: {error}") from None
+            raise ApiError("api_error", f"the model backend failed: {error}") from None
         (sequence,) = response.sequences
         if sequence.logprobs is None or len(sequence.logprobs) != len(sequence.tokens):
-            raise ProxyError(
+            raise ApiError(
                 "api_error", "the model backend returned sampled tokens without aligned logprobs"
             )
         return Sample(

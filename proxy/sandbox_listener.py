@@ -23,7 +23,7 @@ from pathlib import Path
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from proxy.errors import ErrorDetail, ErrorResponse
+from synth_pipelines.contracts.api_errors import ErrorDetail, ErrorResponse
 
 MODEL_ROUTES = ("/v1/messages", "/v1/messages/count_tokens", "/v1/models")
 # A Unix socket path must fit `sockaddr_un.sun_path`.

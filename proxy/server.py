@@ -9,9 +9,9 @@ from urllib.parse import urlparse
 import uvicorn
 
 from proxy.app import ProxyConfig, create_app
-from proxy.model_registry import ModelRegistry, served_registry
 from proxy.sandbox_listener import sandbox_socket
 from synth_pipelines.config import Settings
+from synth_pipelines.rendering.model_registry import configured_registry
 
 DEFAULT_WORKERS = min(8, (os.cpu_count() or 1) + 1)
 """One worker more than cores: a worker waits on the model with the GIL free much of the time.
@@ -19,13 +19,8 @@ On 2 cores, 32 streaming sessions ran at 120-136 calls/s with 2, 3 or 4 workers 
 run-to-run noise (`benchmarks/proxy.py`)."""
 
 
-def model_registry(config: Settings) -> ModelRegistry:
-    """The models the proxy serves: the built-in ones and a configured registry file's."""
-    return served_registry(config.teacher_service_url, config.model_registry)
-
-
 def proxy_config(config: Settings, *, workers: int = DEFAULT_WORKERS) -> ProxyConfig:
-    registry = model_registry(config)
+    registry = configured_registry(config)
     return ProxyConfig(
         state_dir=config.state_dir,
         signing_key_path=config.signing_key_path,

@@ -28,9 +28,9 @@ from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from proxy.errors import ProxyError
-from proxy.model_registry import ModelRegistry
+from synth_pipelines.contracts.api_errors import ApiError
 from synth_pipelines.contracts.scoped_token import TokenClaims
+from synth_pipelines.rendering.model_registry import ModelRegistry
 
 BODY_BYTES_PER_CONTEXT_TOKEN = 16
 """A token of text is ~4 bytes; JSON escaping and tool-call structure at most double
@@ -84,8 +84,8 @@ class Allowance:
     def window_tokens(self) -> int:
         return self.context_window * WINDOW_CONTEXTS
 
-    def body_too_large(self, size: str) -> ProxyError:
-        return ProxyError(
+    def body_too_large(self, size: str) -> ApiError:
+        return ApiError(
             "request_too_large",
             f"request body is {size} bytes, over this token's limit of {self.body_bytes} "
             f"bytes ({BODY_BYTES_PER_CONTEXT_TOKEN} per token of {self.model}'s "
@@ -102,7 +102,7 @@ class Allowance:
         used = sum(tokens for _, tokens in self.spent)
         if used >= self.window_tokens:
             retry_after = max(1, int(self.spent[0][0] + WINDOW_SEC - now) + 1)
-            raise ProxyError(
+            raise ApiError(
                 "rate_limit_error",
                 f"this token had {used} tokens tokenized in the last {WINDOW_SEC:.0f} s, "
                 f"its limit is {self.window_tokens} ({WINDOW_CONTEXTS} times {self.model}'s "
@@ -137,7 +137,7 @@ class TokenLimits:
         model this proxy does not serve, the largest it does: its calls fail anyway."""
         try:
             return self.registry.get(model).context_window
-        except ProxyError:
+        except ApiError:
             return max(entry.context_window for entry in self.registry.entries())
 
     def _forget_idle(self) -> None:

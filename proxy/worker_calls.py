@@ -25,27 +25,27 @@ from pathlib import Path
 
 import tinker
 
-from proxy.adapters.base import RenderedPrompt
 from proxy.checkpoint_models import checkpoint_lookup
 from proxy.context_fit import fit_to_context
-from proxy.errors import ProxyError
-from proxy.messages import (
+from proxy.revocations import revoked_message
+from proxy.sampler import TinkerSampler
+from synth_pipelines.contracts.api_errors import ApiError
+from synth_pipelines.contracts.interaction import Interaction
+from synth_pipelines.contracts.messages import (
     Message,
     MessagesRequest,
     Usage,
     parse_count_tokens_request,
     parse_messages_request,
 )
-from proxy.model_registry import ModelRegistry, TinkerRoute
-from proxy.prefix_cache import CacheScope, PrefixCache
-from proxy.revocations import revoked_message
-from proxy.sampler import TinkerSampler
-from proxy.thinking_signature import omit_thinking
-from synth_pipelines.contracts.interaction import Interaction
 from synth_pipelines.control.database import engine_for
 from synth_pipelines.control.token_revocations import revocation_reason
 from synth_pipelines.evidence import staged_call
 from synth_pipelines.evidence.spool import Spool, StagedPrompt
+from synth_pipelines.rendering.adapters.base import RenderedPrompt
+from synth_pipelines.rendering.model_registry import ModelRegistry, TinkerRoute
+from synth_pipelines.rendering.prefix_cache import CacheScope, PrefixCache
+from synth_pipelines.rendering.thinking_signature import omit_thinking
 
 
 @dataclass(frozen=True)
@@ -53,8 +53,8 @@ class ErrorResult:
     error_type: str
     message: str
 
-    def exception(self) -> ProxyError:
-        return ProxyError(self.error_type, self.message)  # type: ignore[arg-type]
+    def exception(self) -> ApiError:
+        return ApiError(self.error_type, self.message)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -175,7 +175,7 @@ def prepare(call_id: str, body: bytes, scope: CacheScope | None) -> Prepared | E
             effective = fit.request
             rendered = adapter.render(effective)
         params = rendered.sampling_params(effective, entry.output_tokens(request.max_tokens))
-    except ProxyError as error:
+    except ApiError as error:
         return ErrorResult(error.error_type, error.message)
     state.pending[call_id] = _Pending(
         rendered=rendered,
@@ -232,7 +232,7 @@ async def complete(call_id: str, route: TinkerRoute, record: CallRecord) -> Fini
         sample = await state.sampler.sample(route, call.rendered.tokens, params)
     except BaseException as error:
         await asyncio.to_thread(state.spool.discard, await staging)
-        if isinstance(error, ProxyError):
+        if isinstance(error, ApiError):
             return ErrorResult(error.error_type, error.message)
         raise
     finally:
@@ -337,7 +337,7 @@ def count(body: bytes) -> int | ErrorResult:
     try:
         request = parse_count_tokens_request(body)
         return state.registry.get(request.model).adapter().count_tokens(request)
-    except ProxyError as error:
+    except ApiError as error:
         return ErrorResult(error.error_type, error.message)
 
 

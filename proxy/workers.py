@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy import worker_calls
-from proxy.errors import ProxyError
-from proxy.prefix_cache import CacheScope
 from proxy.worker_calls import WorkerConfig
+from synth_pipelines.contracts.api_errors import ApiError
+from synth_pipelines.rendering.prefix_cache import CacheScope
 
 log = logging.getLogger("synth.proxy.workers")
 PR_SET_PDEATHSIG = 1
@@ -152,7 +152,7 @@ class _Worker:
         if isinstance(result, _Crash):
             log.error("proxy worker %d failed:\n%s", self.index, result.description)
             future.set_exception(
-                ProxyError("api_error", f"internal error in proxy worker {self.index}")
+                ApiError("api_error", f"internal error in proxy worker {self.index}")
             )
         else:
             future.set_result(result)
@@ -162,7 +162,7 @@ class _Worker:
         for future in self.waiting.values():
             if not future.done():
                 future.set_exception(
-                    ProxyError(
+                    ApiError(
                         "api_error", f"proxy worker {self.index} exited during the call; retry it"
                     )
                 )
@@ -170,9 +170,7 @@ class _Worker:
 
     def send(self, message: object) -> None:
         if not self.alive or self.writer is None:
-            raise ProxyError(
-                "api_error", f"proxy worker {self.index} has exited; restart the proxy"
-            )
+            raise ApiError("api_error", f"proxy worker {self.index} has exited; restart the proxy")
         self.writer.write(_frame(message))
 
 

@@ -6,9 +6,9 @@ import json
 from datetime import UTC, datetime, timedelta
 
 from benchmarks.claude_code_requests import first_request, grown_conversation
-from proxy.adapters import adapter_for
-from proxy.messages import parse_messages_request
 from synth_pipelines.contracts.interaction import Interaction
+from synth_pipelines.contracts.messages import parse_messages_request
+from synth_pipelines.rendering.adapters import adapter_for
 
 MODEL = "synth/qwen3-tiny"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from proxy.messages import MessagesRequest
+from synth_pipelines.contracts.messages import MessagesRequest
 
 BASH = {
     "name": "Bash",

@@ -16,10 +16,10 @@ import pytest
 from fastapi import FastAPI
 
 from proxy.app import ProxyConfig, create_app
-from proxy.credentials import load_signing_key, mint_token
-from proxy.model_registry import ModelRegistry
 from proxy.sandbox_listener import sandbox_socket
 from synth_pipelines.config import settings
+from synth_pipelines.credentials import load_signing_key, mint_token
+from synth_pipelines.rendering.model_registry import ModelRegistry
 from synth_pipelines.tinker_local.app import create_app as create_model_service
 from synth_pipelines.tinker_local.server import serving
 from tests.conftest import PROJECT_ROOT

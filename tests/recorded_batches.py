@@ -11,8 +11,8 @@ from synth_pipelines.contracts.run_spec import batch_key
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import record_event
 from synth_pipelines.control.policy_updates import acknowledge, mark_unresolved
+from synth_pipelines.control.run_lifecycle import complete_batch, start_batch
 from synth_pipelines.control.runs import RunRecord
-from synth_pipelines.runtime.lifecycle import complete_batch, start_batch
 from tests.training_runs import accept_training, training_dataset
 
 PLAN = {"groups_per_batch": 2, "attempts_per_group": 2, "batches": 3, "max_tokens": 64}

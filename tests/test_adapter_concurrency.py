@@ -7,8 +7,8 @@ import threading
 import pytest
 from family_conversations import follow_up_request
 
-from proxy.adapters import adapter_for
-from proxy.adapters.base import Family
+from synth_pipelines.rendering.adapters import adapter_for
+from synth_pipelines.rendering.adapters.base import Family
 
 
 @pytest.mark.parametrize("family", ["qwen", "deepseek", "kimi", "glm"])

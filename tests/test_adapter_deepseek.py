@@ -6,8 +6,13 @@ import pytest
 from family_conversations import follow_up_request, golden, tool_loop_request
 from native_tokens import sampled_tokens
 
-from proxy.adapters.deepseek import DeepSeekAdapter, special_token
-from proxy.messages import MessagesRequest, TextBlock, ThinkingBlock, ToolUseBlock
+from synth_pipelines.contracts.messages import (
+    MessagesRequest,
+    TextBlock,
+    ThinkingBlock,
+    ToolUseBlock,
+)
+from synth_pipelines.rendering.adapters.deepseek import DeepSeekAdapter, special_token
 
 END = special_token("end of sentence")
 CALLS_BEGIN = special_token("tool calls begin")

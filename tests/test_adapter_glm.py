@@ -6,8 +6,13 @@ import pytest
 from family_conversations import follow_up_request, golden, tool_loop_request
 from native_tokens import sampled_tokens
 
-from proxy.adapters.glm import GlmAdapter
-from proxy.messages import MessagesRequest, TextBlock, ThinkingBlock, ToolUseBlock
+from synth_pipelines.contracts.messages import (
+    MessagesRequest,
+    TextBlock,
+    ThinkingBlock,
+    ToolUseBlock,
+)
+from synth_pipelines.rendering.adapters.glm import GlmAdapter
 
 SPECIALS = (
     "<|user|>",

@@ -6,8 +6,13 @@ import pytest
 from family_conversations import follow_up_request, golden, tool_loop_request
 from native_tokens import sampled_tokens
 
-from proxy.adapters.kimi import KimiAdapter
-from proxy.messages import MessagesRequest, TextBlock, ThinkingBlock, ToolUseBlock
+from synth_pipelines.contracts.messages import (
+    MessagesRequest,
+    TextBlock,
+    ThinkingBlock,
+    ToolUseBlock,
+)
+from synth_pipelines.rendering.adapters.kimi import KimiAdapter
 
 SPECIALS = (
     "<|im_end|>",

@@ -17,10 +17,15 @@ from native_tokens import sampled_tokens
 from tml_renderers import chat, renderers
 from transformers import AutoTokenizer
 
-from proxy.adapters.qwen import QwenAdapter
-from proxy.errors import ProxyError
-from proxy.messages import MessagesRequest, TextBlock, ThinkingBlock, ToolUseBlock
-from proxy.thinking_signature import sign_thinking
+from synth_pipelines.contracts.api_errors import ApiError
+from synth_pipelines.contracts.messages import (
+    MessagesRequest,
+    TextBlock,
+    ThinkingBlock,
+    ToolUseBlock,
+)
+from synth_pipelines.rendering.adapters.qwen import QwenAdapter
+from synth_pipelines.rendering.thinking_signature import sign_thinking
 
 QWEN_SPECIALS = ("<|im_end|>", "<think>", "</think>", "<tool_call>", "</tool_call>")
 
@@ -390,7 +395,7 @@ def test_tool_choice_none_declares_no_tools(qwen: QwenAdapter) -> None:
 def test_malformed_conversations_are_invalid_requests(
     qwen: QwenAdapter, messages: list[dict[str, Any]], expected: str
 ) -> None:
-    with pytest.raises(ProxyError) as caught:
+    with pytest.raises(ApiError) as caught:
         qwen.render(_request(messages))
 
     assert caught.value.status_code == 400

@@ -14,7 +14,6 @@ import sys
 import pytest
 from sqlalchemy import select
 
-from synth_pipelines.agents.local_run import run_locally
 from synth_pipelines.config import settings
 from synth_pipelines.contracts.assessment import Assessment
 from synth_pipelines.contracts.profile import PinnedProfile
@@ -23,6 +22,7 @@ from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.schema import evidence_calls
 from synth_pipelines.control.table_outputs import load_table
 from synth_pipelines.evidence.reader import read_attempt_evidence
+from synth_pipelines.runtime.local_run import run_locally
 from synth_pipelines.storage.objectstore import open_object_store
 from tests.agent_runs import (
     evaluate,

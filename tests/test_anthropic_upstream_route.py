@@ -12,12 +12,17 @@ import httpx
 import pytest
 
 from proxy.app import ProxyConfig, create_app
-from proxy.model_registry import DEFAULT_MODELS, AnthropicRoute, ModelEntry, ModelRegistry
 from synth_pipelines.config import settings
 from synth_pipelines.contracts.assessment import Assessment
 from synth_pipelines.contracts.interaction import Interaction
 from synth_pipelines.evidence.spool import Spool
 from synth_pipelines.learning.qualification import attempt_exclusion
+from synth_pipelines.rendering.model_registry import (
+    DEFAULT_MODELS,
+    AnthropicRoute,
+    ModelEntry,
+    ModelRegistry,
+)
 from synth_pipelines.tinker_local.server import serving
 from tests.live_services import MODEL, Proxy, capture_proxy, model_service, set_script
 

@@ -20,8 +20,6 @@ import dagster as dg
 import httpx
 import pytest
 
-from proxy.model_registry import DEFAULT_MODELS, ModelEntry, ModelRegistry, OpenAIChatRoute
-from proxy.server import model_registry
 from synth_pipelines.config import settings
 from synth_pipelines.contracts.assessment import Assessment
 from synth_pipelines.contracts.interaction import Interaction
@@ -31,6 +29,13 @@ from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.runs import RunRecord
 from synth_pipelines.control.table_outputs import table_history
 from synth_pipelines.evidence.spool import Spool
+from synth_pipelines.rendering.model_registry import (
+    DEFAULT_MODELS,
+    ModelEntry,
+    ModelRegistry,
+    OpenAIChatRoute,
+    configured_registry,
+)
 from synth_pipelines.storage.objectstore import open_object_store
 from tests.agent_runs import evaluate, one_task_dataset, profile_document
 from tests.dagster_services import dagster_services, finish, regrade_process
@@ -185,7 +190,7 @@ def smollm2_regrade(tmp_path_factory, chat_server) -> Iterator[SmolRegrade]:
         patch.setenv("SYNTH_MODEL_REGISTRY", str(registry_file))
         settings.cache_clear()
         # The oracle never samples and the judge samples only SmolLM2: no model service.
-        with capture_proxy("http://127.0.0.1:9", registry=model_registry(settings())) as proxy:
+        with capture_proxy("http://127.0.0.1:9", registry=configured_registry(settings())) as proxy:
             patch.setenv("SYNTH_PROXY_URL", proxy.url)
             settings.cache_clear()
             dataset = one_task_dataset(root, "update-version-file")

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from proxy.chat_translation import chat_message, chat_request
-from proxy.errors import ProxyError
-from proxy.messages import parse_messages_request
+from synth_pipelines.contracts.api_errors import ApiError
+from synth_pipelines.contracts.messages import parse_messages_request
 
 TOOL = {
     "name": "bash",
@@ -118,7 +118,7 @@ def test_finish_reasons_map_to_stop_reasons(finish_reason: str, stop_reason: str
 
 
 def test_malformed_answers_are_refused_with_what_was_wrong() -> None:
-    with pytest.raises(ProxyError, match="without a choice"):
+    with pytest.raises(ApiError, match="without a choice"):
         chat_message({"error": "boom"}, "m", "judge")
     bad_call = {
         "choices": [
@@ -130,5 +130,5 @@ def test_malformed_answers_are_refused_with_what_was_wrong() -> None:
             }
         ]
     }
-    with pytest.raises(ProxyError, match="not a JSON object"):
+    with pytest.raises(ApiError, match="not a JSON object"):
         chat_message(bad_call, "m", "judge")

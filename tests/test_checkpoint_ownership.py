@@ -19,12 +19,12 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from proxy.credentials import load_signing_key, mint_token
 from synth_pipelines.config import settings
 from synth_pipelines.control.checkpoints import run_checkpoints
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.runs import list_runs
 from synth_pipelines.control.schema import evidence_calls
+from synth_pipelines.credentials import load_signing_key, mint_token
 from synth_pipelines.evidence.reader import read_attempt_evidence
 from synth_pipelines.storage.objectstore import open_object_store
 from tests.conftest import PROJECT_ROOT

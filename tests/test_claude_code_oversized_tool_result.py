@@ -26,16 +26,16 @@ import re
 import pytest
 from tml_renderers import renderers
 
-from proxy.adapters.qwen import QwenAdapter
 from proxy.context_fit import omission_marker
-from proxy.messages import MessagesRequest
-from proxy.model_registry import ModelEntry, ModelRegistry, TinkerRoute
 from synth_pipelines.config import settings
 from synth_pipelines.contracts.interaction import Interaction
 from synth_pipelines.contracts.learning import QualifiedAttempt
+from synth_pipelines.contracts.messages import MessagesRequest
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.evidence.reader import read_attempt_evidence
 from synth_pipelines.learning.datums import attempt_datums
+from synth_pipelines.rendering.adapters.qwen import QwenAdapter
+from synth_pipelines.rendering.model_registry import ModelEntry, ModelRegistry, TinkerRoute
 from synth_pipelines.storage.objectstore import open_object_store
 from tests.hand_packing import assert_packed_as, hand_datums
 from tests.live_services import MODEL, capture_proxy, model_service, run_claude_code, set_script

@@ -32,7 +32,6 @@ import pytest
 import tinker
 from tml_renderers import renderers
 
-from proxy.model_registry import ModelRegistry, TinkerRoute
 from synth_pipelines.config import settings
 from synth_pipelines.contracts.interaction import Interaction
 from synth_pipelines.contracts.learning import DatumRow, PolicyBinding
@@ -42,6 +41,7 @@ from synth_pipelines.evidence.reader import read_attempt_evidence
 from synth_pipelines.learning.datums import group_datums
 from synth_pipelines.learning.qualification import qualify_group
 from synth_pipelines.learning.trainer import Gradients, Trainer
+from synth_pipelines.rendering.model_registry import ModelRegistry, TinkerRoute
 from synth_pipelines.storage.objectstore import open_object_store
 from tests.hand_packing import assert_packed_as, hand_datums
 from tests.learning_records import assessment, outcome

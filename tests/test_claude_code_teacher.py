@@ -18,10 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.adapters import adapter_for
-from proxy.messages import MessagesRequest
-from proxy.model_registry import DEFAULT_MODELS, TEACHER_MODEL, ModelRegistry, teacher_entry
 from synth_pipelines.config import settings
+from synth_pipelines.contracts.messages import MessagesRequest
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.evidence.reader import read_attempt_evidence
 from synth_pipelines.learning.captured_demonstrations import captured_examples
@@ -32,8 +30,15 @@ from synth_pipelines.learning.demonstrations import (
     read_demonstration,
     teacher_script,
 )
+from synth_pipelines.rendering.adapters import adapter_for
+from synth_pipelines.rendering.model_names import QWEN3_LEARNER
+from synth_pipelines.rendering.model_registry import (
+    DEFAULT_MODELS,
+    TEACHER_MODEL,
+    ModelRegistry,
+    teacher_entry,
+)
 from synth_pipelines.storage.objectstore import open_object_store
-from synth_pipelines.tinker_local.names import QWEN3_LEARNER
 from tests.conftest import PROJECT_ROOT
 from tests.live_services import (
     capture_proxy,

@@ -7,9 +7,9 @@ import sys
 
 import jsonschema
 
-from proxy.credentials import load_signing_key
 from synth_pipelines.cli.json_documents import DOCUMENTS
 from synth_pipelines.config import settings
+from synth_pipelines.credentials import load_signing_key
 from tests.conftest import PROJECT_ROOT, SAMPLE_DATASET
 from tests.live_services import platform
 

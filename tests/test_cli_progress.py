@@ -23,9 +23,9 @@ from synth_pipelines.contracts.run_spec import batch_key
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import record_event
 from synth_pipelines.control.regrades import record_regrade
+from synth_pipelines.control.run_lifecycle import complete_batch, start_batch
 from synth_pipelines.control.runs import get_run
 from synth_pipelines.registry.datasets import publish_dataset
-from synth_pipelines.runtime.lifecycle import complete_batch, start_batch
 from synth_pipelines.storage.objectstore import open_object_store
 from tests.conftest import PROJECT_ROOT
 from tests.recorded_batches import accept_recorded_training, record_attempts, record_batch

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from claude_code_requests import tool_result_request, tool_round_trip
 
-from proxy.adapters.qwen import QwenAdapter
 from proxy.context_fit import fit_to_context, omission_marker
-from proxy.errors import ProxyError
-from proxy.messages import MessagesRequest, TextBlockParam, ToolResultBlockParam
-from proxy.model_registry import ModelEntry, TinkerRoute
+from synth_pipelines.contracts.api_errors import ApiError
+from synth_pipelines.contracts.messages import MessagesRequest, TextBlockParam, ToolResultBlockParam
+from synth_pipelines.rendering.adapters.qwen import QwenAdapter
+from synth_pipelines.rendering.model_registry import ModelEntry, TinkerRoute
 
 SMALL = ModelEntry(
     id="test/qwen-16k",
@@ -147,7 +147,7 @@ def test_prompt_that_cannot_fit_is_a_clear_invalid_request(qwen: QwenAdapter) ->
     body["system"].append({"type": "text", "text": _huge_output("system", 1_200)})
     request = MessagesRequest.model_validate(body)
 
-    with pytest.raises(ProxyError) as caught:
+    with pytest.raises(ApiError) as caught:
         fit_to_context(request, SMALL, qwen)
 
     assert caught.value.status_code == 400

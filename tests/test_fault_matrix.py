@@ -28,11 +28,11 @@ from synth_pipelines.contracts.run_spec import batch_key
 from synth_pipelines.control.checkpoints import batch_checkpoint, run_checkpoints
 from synth_pipelines.control.database import control_engine, engine_for
 from synth_pipelines.control.policy_updates import UnresolvedUpdateError, find_update, resolve
+from synth_pipelines.control.run_lifecycle import interrupt_run, resume_run
 from synth_pipelines.control.runs import get_run
 from synth_pipelines.definitions import defs
 from synth_pipelines.evidence.publisher import EvidencePublisher, PublishedChunk
 from synth_pipelines.evidence.spool import Spool
-from synth_pipelines.runtime.lifecycle import interrupt_run, resume_run
 from synth_pipelines.storage.objectstore import open_object_store
 from tests.conftest import PROJECT_ROOT
 from tests.fault_injection import (

@@ -34,7 +34,6 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from proxy.credentials import PREFIX, load_signing_key, verify_token
 from synth_pipelines.agents.session import TOKEN_GRACE_SEC
 from synth_pipelines.config import settings
 from synth_pipelines.contracts.profile import PinnedProfile
@@ -44,6 +43,7 @@ from synth_pipelines.contracts.trial import TrialOutcome
 from synth_pipelines.control.database import control_engine, engine_for
 from synth_pipelines.control.runs import accept_run
 from synth_pipelines.control.schema import evidence_calls, evidence_chunks
+from synth_pipelines.credentials import PREFIX, load_signing_key, verify_token
 from synth_pipelines.registry.datasets import get_dataset
 from synth_pipelines.sandbox.userns import HOST_ID_BASE
 from tests.agent_runs import profile_document, publish, restored_trial, run_batches, trial_outcomes

@@ -9,11 +9,16 @@ import pytest
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
-from proxy.model_registry import DEFAULT_MODELS, ModelEntry, ModelRegistry, OpenAIChatRoute
 from synth_pipelines.cli.main import app
 from synth_pipelines.config import settings
 from synth_pipelines.control import schema
 from synth_pipelines.control.database import control_engine
+from synth_pipelines.rendering.model_registry import (
+    DEFAULT_MODELS,
+    ModelEntry,
+    ModelRegistry,
+    OpenAIChatRoute,
+)
 from tests.agent_runs import one_task_dataset, publish
 from tests.conftest import PROJECT_ROOT
 from tests.live_services import capture_proxy

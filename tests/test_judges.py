@@ -17,8 +17,8 @@ from synth_pipelines.control.runs import get_run
 from synth_pipelines.control.table_outputs import table_history
 from synth_pipelines.definitions import defs
 from synth_pipelines.evidence.reader import read_attempt_evidence
-from synth_pipelines.judging.regrade import RegradeRefusedError, check_regradable, task_dirs_for
 from synth_pipelines.runtime.assessment_comparison import agreements, assessment_sets
+from synth_pipelines.runtime.regrade import RegradeRefusedError, check_regradable, task_dirs_for
 from synth_pipelines.storage.objectstore import open_object_store
 from tests.agent_runs import (
     accept,

@@ -23,7 +23,6 @@ from harbor.models.task.verifier_mode import resolve_task_verifier_mode
 from harbor.publisher.packager import Packager
 from sandbox_support import isolated_state, run_trial, sandbox_dirs
 
-from proxy.adapters import adapter_for
 from synth_pipelines.agents import builtin
 from synth_pipelines.contracts.profile import Profile
 from synth_pipelines.learning.demonstrations import (
@@ -31,6 +30,7 @@ from synth_pipelines.learning.demonstrations import (
     harness_frame,
     read_demonstration,
 )
+from synth_pipelines.rendering.adapters import adapter_for
 
 ROOT = Path(__file__).resolve().parent.parent
 LEARN_DIR = ROOT / "datasets" / "learn"

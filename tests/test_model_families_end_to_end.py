@@ -27,16 +27,16 @@ import pytest
 import tinker
 from sqlalchemy import Engine, select
 
-from proxy.adapters import adapter_for
-from proxy.adapters.conversation import conversation_from_request
-from proxy.messages import CountTokensRequest, MessagesRequest
 from synth_pipelines.config import settings
+from synth_pipelines.contracts.messages import CountTokensRequest, MessagesRequest
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.schema import evidence_calls
 from synth_pipelines.evidence.reader import read_attempt_evidence
+from synth_pipelines.rendering.adapters import adapter_for
+from synth_pipelines.rendering.adapters.conversation import conversation_from_request
+from synth_pipelines.rendering.model_names import FAMILY_TINY_MODELS
 from synth_pipelines.storage.objectstore import open_object_store
 from synth_pipelines.tinker_local.app import create_app
-from synth_pipelines.tinker_local.names import FAMILY_TINY_MODELS
 from synth_pipelines.tinker_local.server import serving
 from tests.agent_runs import one_task_dataset
 from tests.conftest import PROJECT_ROOT

@@ -7,10 +7,10 @@ import json
 
 from typer.testing import CliRunner
 
-from proxy.model_registry import ModelInfo, ModelRegistry
 from synth_pipelines.cli.json_documents import ServedModelDocument
 from synth_pipelines.cli.main import app
 from synth_pipelines.config import settings
+from synth_pipelines.rendering.model_registry import ModelInfo, ModelRegistry
 
 JUDGE = {
     "id": "judges/smollm2",

@@ -9,9 +9,9 @@ import anthropic.types
 import pytest
 from pydantic import ValidationError
 
-from proxy.adapters.qwen import QwenAdapter
-from proxy.errors import ProxyError
-from proxy.model_registry import (
+from synth_pipelines.contracts.api_errors import ApiError
+from synth_pipelines.rendering.adapters.qwen import QwenAdapter
+from synth_pipelines.rendering.model_registry import (
     ModelEntry,
     ModelRegistry,
     OpenAIChatRoute,
@@ -37,7 +37,7 @@ def test_default_registry_serves_every_family_and_its_local_models() -> None:
 
 
 def test_unknown_model_is_not_found_and_lists_what_is_served() -> None:
-    with pytest.raises(ProxyError) as caught:
+    with pytest.raises(ApiError) as caught:
         ModelRegistry().get("claude-sonnet-4-5")
 
     assert caught.value.status_code == 404

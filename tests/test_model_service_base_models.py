@@ -10,9 +10,9 @@ import pytest
 import tinker
 from tinker import types
 
+from synth_pipelines.rendering.model_names import QWEN3_LEARNER, QWEN3_TINY, SEEDED_MODEL_NAMES
 from synth_pipelines.tinker_local.app import create_app
 from synth_pipelines.tinker_local.backbone import SEEDED_MODELS
-from synth_pipelines.tinker_local.names import QWEN3_LEARNER, QWEN3_TINY, SEEDED_MODEL_NAMES
 from synth_pipelines.tinker_local.server import serving
 
 PROMPT = [9707, 11, 1879, 0]

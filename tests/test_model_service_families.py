@@ -14,12 +14,12 @@ import tinker
 import torch
 from tinker import types
 
-from proxy.adapters import adapter_for
-from proxy.messages import MessagesRequest
-from proxy.model_registry import ModelRegistry
+from synth_pipelines.contracts.messages import MessagesRequest
+from synth_pipelines.rendering.adapters import adapter_for
+from synth_pipelines.rendering.model_names import FAMILY_TINY_MODELS, QWEN3_TINY
+from synth_pipelines.rendering.model_registry import ModelRegistry
 from synth_pipelines.tinker_local.app import create_app
 from synth_pipelines.tinker_local.backbone import load_backbone
-from synth_pipelines.tinker_local.names import FAMILY_TINY_MODELS, QWEN3_TINY
 from synth_pipelines.tinker_local.server import serving
 
 FAMILIES = {"qwen": QWEN3_TINY, **FAMILY_TINY_MODELS}

@@ -359,7 +359,7 @@ def _mint(env: dict[str, str], *, drop_capabilities: bool = False) -> subprocess
 
 
 def test_minting_a_token_needs_the_signing_key(tmp_path):
-    from proxy.credentials import load_signing_key, verify_token
+    from synth_pipelines.credentials import load_signing_key, verify_token
 
     env = {"SYNTH_DATA_DIR": str(tmp_path / "state")}
     key_path = tmp_path / "state" / "proxy-signing.key"

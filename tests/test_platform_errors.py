@@ -17,10 +17,10 @@ import time
 import pytest
 
 from synth_pipelines.config import settings
+from synth_pipelines.contracts.outcome_classes import AGENT_OUTCOMES, TASK_ERRORS, error_class
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import read_events
 from synth_pipelines.control.runs import list_runs
-from synth_pipelines.runtime.outcome_classes import AGENT_OUTCOMES, TASK_ERRORS, error_class
 from synth_pipelines.runtime.results import collect_results
 from synth_pipelines.storage.objectstore import open_object_store
 from tests.agent_runs import accept, profile_document, publish, run_batches

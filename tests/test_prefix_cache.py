@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from claude_code_requests import grown_conversation, tool_round_trip
 
-from proxy.adapters.qwen import QwenAdapter
-from proxy.messages import MessagesRequest
-from proxy.prefix_cache import CacheScope, PrefixCache, encode_runs
+from synth_pipelines.contracts.messages import MessagesRequest
+from synth_pipelines.rendering.adapters.qwen import QwenAdapter
+from synth_pipelines.rendering.prefix_cache import CacheScope, PrefixCache, encode_runs
 
 SCOPE = CacheScope(
     owner="team-a", credential="cred-1", model="synth/qwen3-tiny", session="s-1", agent="main"

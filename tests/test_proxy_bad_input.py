@@ -12,10 +12,10 @@ from urllib.parse import urlparse
 import httpx
 import pytest
 
-from proxy.model_registry import ModelRegistry
 from proxy.token_limits import Allowance
 from synth_pipelines.config import settings
 from synth_pipelines.control.database import engine_for
+from synth_pipelines.rendering.model_registry import ModelRegistry
 from tests.conftest import PROJECT_ROOT
 from tests.live_services import MODEL, Proxy, platform, set_script
 

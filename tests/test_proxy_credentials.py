@@ -6,7 +6,7 @@ import anthropic
 import httpx
 import pytest
 
-from proxy.credentials import (
+from synth_pipelines.credentials import (
     TokenInvalidError,
     TokenScopeError,
     check_model,

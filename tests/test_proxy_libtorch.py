@@ -28,7 +28,7 @@ assert defer_torch_package()
 import tinker
 from tml_renderers.tokenizers import Qwen3Tokenizer
 from proxy import worker_calls
-from proxy.model_registry import ModelRegistry
+from synth_pipelines.rendering.model_registry import ModelRegistry
 
 worker_calls.preload(ModelRegistry(), [{MODEL!r}])
 tokenizer = Qwen3Tokenizer()

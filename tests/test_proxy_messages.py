@@ -9,8 +9,8 @@ import pytest
 from claude_code_requests import first_request, tool_result_request
 from pydantic import TypeAdapter, ValidationError
 
-from proxy.errors import ProxyError, validation_error_response
-from proxy.messages import (
+from synth_pipelines.contracts.api_errors import ApiError, validation_error_response
+from synth_pipelines.contracts.messages import (
     IGNORED_FIELDS,
     REJECTED_FIELDS,
     ContentBlockDeltaEvent,
@@ -41,8 +41,8 @@ def _body(**changes: object) -> bytes:
     return json.dumps(base).encode()
 
 
-def _refusal(body: bytes) -> ProxyError:
-    with pytest.raises(ProxyError) as caught:
+def _refusal(body: bytes) -> ApiError:
+    with pytest.raises(ApiError) as caught:
         parse_messages_request(body)
     assert caught.value.error_type == "invalid_request_error"
     assert caught.value.status_code == 400
@@ -202,7 +202,7 @@ def test_validation_error_becomes_anthropic_error_body() -> None:
 
 
 def test_count_tokens_request_refuses_max_tokens() -> None:
-    with pytest.raises(ProxyError) as caught:
+    with pytest.raises(ApiError) as caught:
         parse_count_tokens_request(_body())
 
     assert caught.value.message.startswith("max_tokens: Extra inputs are not permitted")

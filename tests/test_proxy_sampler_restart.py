@@ -13,10 +13,10 @@ import socket
 
 import tinker
 
-from proxy.model_registry import TinkerRoute
 from proxy.sampler import TinkerSampler
+from synth_pipelines.rendering.model_names import QWEN3_TINY
+from synth_pipelines.rendering.model_registry import TinkerRoute
 from synth_pipelines.tinker_local.app import create_app
-from synth_pipelines.tinker_local.names import QWEN3_TINY
 from synth_pipelines.tinker_local.server import serving
 
 PARAMS = tinker.SamplingParams(max_tokens=4, temperature=1.0, seed=3)

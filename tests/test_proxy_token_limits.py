@@ -16,8 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from proxy.model_registry import ModelRegistry
 from proxy.token_limits import Allowance
+from synth_pipelines.rendering.model_registry import ModelRegistry
 from tests.live_services import MODEL, capture_proxy, model_service
 
 pytestmark = pytest.mark.slow

@@ -16,11 +16,11 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from proxy.credentials import load_signing_key, verify_token
 from synth_pipelines.config import settings
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.schema import evidence_calls
 from synth_pipelines.control.token_revocations import revoke_token
+from synth_pipelines.credentials import load_signing_key, verify_token
 from tests.live_services import MODEL, capture_proxy, model_service, set_script
 
 pytestmark = pytest.mark.slow

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from proxy.errors import ProxyError
-from proxy.model_registry import ModelRegistry
 from proxy.worker_calls import ErrorResult, WorkerConfig
 from proxy.workers import CallWorkers
+from synth_pipelines.contracts.api_errors import ApiError
+from synth_pipelines.rendering.model_registry import ModelRegistry
 
 MODEL = "synth/qwen3-tiny"
 BODY = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}).encode()
@@ -63,7 +63,7 @@ def test_a_worker_that_dies_fails_its_calls_instead_of_hanging(tmp_path: Path):
         try:
             (worker,) = multiprocessing.active_children()
             os.kill(worker.pid, signal.SIGKILL)
-            with pytest.raises(ProxyError, match="proxy worker 0") as caught:
+            with pytest.raises(ApiError, match="proxy worker 0") as caught:
                 await asyncio.wait_for(workers.call(0, "count", BODY), timeout=30)
             assert caught.value.error_type == "api_error"
         finally:

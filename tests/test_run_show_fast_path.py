@@ -18,7 +18,7 @@ from synth_pipelines.control import run_document_fingerprint
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import record_event
 from synth_pipelines.control.policy_updates import mark_unresolved
-from synth_pipelines.runtime.lifecycle import interrupt_run
+from synth_pipelines.control.run_lifecycle import interrupt_run
 from tests.recorded_batches import accept_recorded_training, record_batch
 from tests.test_run_summary import _record
 from tests.test_run_summary import _run as three_batch_evaluation

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
+from synth_pipelines.rendering.model_names import QWEN3_LEARNER
 from synth_pipelines.tinker_local.backbone import load_backbone
 from synth_pipelines.tinker_local.lora import LoraSlots, LoraSpec
-from synth_pipelines.tinker_local.names import QWEN3_LEARNER
 from synth_pipelines.tinker_local.sampling import Sampler
 from synth_pipelines.tinker_local.token_logprobs import next_token_logprobs
 

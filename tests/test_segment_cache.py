@@ -8,10 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tml_renderers import tokenizers
 
-from proxy.adapters.qwen import QwenAdapter
-from proxy.messages import MessagesRequest
-from proxy.prefix_cache import CacheScope, PrefixCache
-from proxy.segment_cache import SegmentCache, line_starts
+from synth_pipelines.contracts.messages import MessagesRequest
+from synth_pipelines.rendering.adapters.qwen import QwenAdapter
+from synth_pipelines.rendering.prefix_cache import CacheScope, PrefixCache
+from synth_pipelines.rendering.segment_cache import SegmentCache, line_starts
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from proxy.messages import TextBlock, ThinkingBlock
-from proxy.thinking_signature import omit_thinking, sign_thinking, thinking_text
+from synth_pipelines.contracts.messages import TextBlock, ThinkingBlock
+from synth_pipelines.rendering.thinking_signature import omit_thinking, sign_thinking, thinking_text
 
 
 def test_omitted_block_recovers_its_thinking_from_the_signature() -> None:

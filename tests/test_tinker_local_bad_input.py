@@ -10,8 +10,8 @@ import tinker
 from tinker import types
 from tinker.types import RequestErrorCategory
 
+from synth_pipelines.rendering.model_names import QWEN3_TINY
 from synth_pipelines.tinker_local.app import create_app
-from synth_pipelines.tinker_local.names import QWEN3_TINY
 from synth_pipelines.tinker_local.server import serving
 
 TOKENS = [151644, 872, 198, 9707, 1879, 151645]

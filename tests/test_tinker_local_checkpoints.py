@@ -10,8 +10,8 @@ import pytest
 import tinker
 from tinker import types
 
+from synth_pipelines.rendering.model_names import QWEN3_TINY
 from synth_pipelines.tinker_local.app import create_app
-from synth_pipelines.tinker_local.names import QWEN3_TINY
 from synth_pipelines.tinker_local.server import serving
 
 SEQUENCE = [151644, 872, 198, 9707, 1879, 11, 1977, 15588, 0, 151645, 198, 151644, 77091]

@@ -11,13 +11,13 @@ import tinker
 import torch
 from tinker import types
 
+from synth_pipelines.rendering.model_names import QWEN3_LEARNER, QWEN3_TINY
 from synth_pipelines.tinker_local.app import create_app
 from synth_pipelines.tinker_local.backbone import load_backbone
 from synth_pipelines.tinker_local.datums import TrainingDatum
 from synth_pipelines.tinker_local.errors import UserError
 from synth_pipelines.tinker_local.lora import LoraSlots, LoraSpec
 from synth_pipelines.tinker_local.losses import LOSSES
-from synth_pipelines.tinker_local.names import QWEN3_LEARNER, QWEN3_TINY
 from synth_pipelines.tinker_local.server import serving
 from synth_pipelines.tinker_local.training import TrainingRun
 

@@ -14,10 +14,10 @@ import tinker
 import torch
 from tinker import types
 
+from synth_pipelines.rendering.model_names import QWEN3_TINY
 from synth_pipelines.tinker_local.app import create_app
 from synth_pipelines.tinker_local.backbone import load_backbone
 from synth_pipelines.tinker_local.lora import LoraSlots, LoraSpec
-from synth_pipelines.tinker_local.names import QWEN3_TINY
 from synth_pipelines.tinker_local.sampling import DecodeParams, SampleJob, Sampler
 from synth_pipelines.tinker_local.server import serving
 

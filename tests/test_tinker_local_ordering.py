@@ -12,9 +12,9 @@ from tinker import types
 from tinker.proto.request_conv import forward_backward_request_to_proto
 from tinker.proto.response_conv import deserialize_forward_backward_output
 
+from synth_pipelines.rendering.model_names import QWEN3_TINY
 from synth_pipelines.tinker_local.app import create_app
 from synth_pipelines.tinker_local.errors import UserError
-from synth_pipelines.tinker_local.names import QWEN3_TINY
 from synth_pipelines.tinker_local.ordering import SequencedQueue
 from synth_pipelines.tinker_local.server import serving
 

@@ -14,9 +14,9 @@ from fastapi import FastAPI
 from tinker import types
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
+from synth_pipelines.rendering.model_names import QWEN3_TINY
 from synth_pipelines.tinker_local.app import create_app
 from synth_pipelines.tinker_local.backbone import qwen3_tokenizer_dir
-from synth_pipelines.tinker_local.names import QWEN3_TINY
 from synth_pipelines.tinker_local.server import serving
 
 IM_END = 151645

@@ -11,8 +11,8 @@ import tinker
 import torch
 from tinker import types
 
+from synth_pipelines.rendering.model_names import QWEN3_TINY
 from synth_pipelines.tinker_local.app import create_app
-from synth_pipelines.tinker_local.names import QWEN3_TINY
 from synth_pipelines.tinker_local.registry import SNAPSHOTS_KEPT_PER_MODEL
 from synth_pipelines.tinker_local.server import serving
 

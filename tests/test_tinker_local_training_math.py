@@ -9,12 +9,12 @@ import pytest
 import torch
 from tinker import types
 
+from synth_pipelines.rendering.model_names import QWEN3_TINY
 from synth_pipelines.tinker_local import token_logprobs
 from synth_pipelines.tinker_local.backbone import Backbone, load_backbone
 from synth_pipelines.tinker_local.datums import training_datums
 from synth_pipelines.tinker_local.lora import LoraSlots, LoraSpec
 from synth_pipelines.tinker_local.losses import resolve_loss
-from synth_pipelines.tinker_local.names import QWEN3_TINY
 from synth_pipelines.tinker_local.training import TrainingRun
 from synth_pipelines.tinker_local.wire import WireDatum
 

@@ -12,8 +12,8 @@ import tinker
 from synth_pipelines.contracts.learning import PolicyBinding
 from synth_pipelines.contracts.plan import TrainPlan
 from synth_pipelines.learning.trainer import AdapterRankError, Trainer
+from synth_pipelines.rendering.model_names import QWEN3_TINY
 from synth_pipelines.tinker_local.app import create_app
-from synth_pipelines.tinker_local.names import QWEN3_TINY
 from synth_pipelines.tinker_local.server import serving
 
 

@@ -18,8 +18,8 @@ from synth_pipelines.contracts.run_spec import batch_key
 from synth_pipelines.control.checkpoints import run_checkpoints
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.policy_updates import UnresolvedUpdateError, find_update, resolve
+from synth_pipelines.control.run_lifecycle import interrupt_run, resume_run
 from synth_pipelines.definitions import defs
-from synth_pipelines.runtime.lifecycle import interrupt_run, resume_run
 from tests.conftest import PROJECT_ROOT
 from tests.live_services import platform
 from tests.training_runs import (

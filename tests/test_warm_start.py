@@ -22,8 +22,8 @@ from synth_pipelines.definitions import defs
 from synth_pipelines.evidence.reader import read_attempt_evidence
 from synth_pipelines.learning.demonstrations import DemonstrationError, read_demonstration
 from synth_pipelines.registry.datasets import publish_dataset
-from synth_pipelines.runtime.submission import Submission, SubmissionError, build_run_request
 from synth_pipelines.storage.objectstore import open_object_store
+from synth_pipelines.submission.run_requests import Submission, SubmissionError, build_run_request
 from tests.agent_runs import profile_document, run_batches, trial_outcomes
 from tests.conftest import PROJECT_ROOT
 from tests.live_services import platform

@@ -70,7 +70,7 @@ def token_lifetime(timeout_sec: float | None) -> int:
 
 def mint_attempt_token(identity: AttemptIdentity, ttl_sec: int) -> tuple[str, TokenClaims]:
     """The attempt's token and its claims (whose `token_id` revocation names)."""
-    from proxy.credentials import load_signing_key, new_claims, sign_claims
+    from synth_pipelines.credentials import load_signing_key, new_claims, sign_claims
 
     claims = new_claims(
         run_id=identity.run_id,

@@ -39,11 +39,11 @@ def run(
 
     from synth_pipelines.agents.constraints import LaunchConstraintError
     from synth_pipelines.agents.engines import EngineUnavailableError
-    from synth_pipelines.agents.local_run import run_locally
     from synth_pipelines.agents.session import ModelUnavailableError
     from synth_pipelines.control.database import control_engine
     from synth_pipelines.registry.task_packages import TaskFormatError
-    from synth_pipelines.runtime.submission import read_profile
+    from synth_pipelines.runtime.local_run import run_locally
+    from synth_pipelines.submission.run_requests import read_profile
 
     with user_errors(
         LaunchConstraintError,

@@ -177,7 +177,7 @@ def learning_tables(rows: list[dict]) -> list[Table]:
 
 
 def event_reward(rewards_json: str | None) -> float | None:
-    """The headline reward of an `attempt.finished` event (as `runtime/assessing.py` reads it)."""
+    """The headline reward of an `attempt.finished` event (as `judging/assessing.py` reads it)."""
     rewards = json.loads(rewards_json) if rewards_json else {}
     if "reward" in rewards:
         return float(rewards["reward"])

@@ -50,7 +50,7 @@ def publish(
     packed, then uploaded, show as a bar on stderr; with --json as one `dataset publish
     progress` JSON object per line on stderr per task (`synth schema 'dataset publish
     progress'`), stdout keeping only the document."""
-    from synth_pipelines.cli.dagster_link import report_dataset_published
+    from resources.dagster_instance import report_dataset_published
 
     engine, store = control_engine(), _store()
     with (

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from synth_pipelines.cli.output import JSON_OPTION, console, emit, fail, user_errors
-from synth_pipelines.tinker_local.names import DEFAULT_MAX_LOADED, QWEN3_TINY, SEEDED_MODEL_NAMES
+from synth_pipelines.rendering.model_names import DEFAULT_MAX_LOADED, QWEN3_TINY, SEEDED_MODEL_NAMES
 
 model_app = typer.Typer(name="model", no_args_is_help=True)
 
@@ -104,15 +104,14 @@ def teach(
     those answers; a warm start with `captured_run` then learns from the captures."""
     import httpx
 
-    from proxy.model_registry import TEACHER_MODEL
-    from proxy.server import model_registry
     from synth_pipelines.config import settings
     from synth_pipelines.control.database import control_engine
     from synth_pipelines.learning.demonstrations import DemonstrationError
     from synth_pipelines.learning.teacher import dataset_demonstrations, dataset_script
     from synth_pipelines.registry.datasets import DatasetError, get_dataset
-    from synth_pipelines.runtime.submission import read_profile
+    from synth_pipelines.rendering.model_registry import TEACHER_MODEL, configured_registry
     from synth_pipelines.storage.objectstore import open_object_store
+    from synth_pipelines.submission.run_requests import read_profile
 
     config = settings()
     target = url or config.teacher_service_url
@@ -121,7 +120,7 @@ def teach(
     with user_errors(DatasetError, DemonstrationError):
         version = get_dataset(engine, dataset)
         harness = read_profile(engine, actor, "actor profile").profile().engine
-        adapter = model_registry(config).get(TEACHER_MODEL).adapter()
+        adapter = configured_registry(config).get(TEACHER_MODEL).adapter()
         demonstrations = dataset_demonstrations(
             engine, store, version, harness, config.state_dir / "task-cache"
         )
@@ -158,8 +157,8 @@ def teach(
 def list_models(as_json: bool = JSON_OPTION) -> None:
     """The models the capture proxy serves (the built-in ones and `SYNTH_MODEL_REGISTRY`'s):
     family, context and output limits, route, and whether the platform can train them."""
-    from proxy.model_registry import served_registry
     from synth_pipelines.config import settings
+    from synth_pipelines.rendering.model_registry import served_registry
 
     config = settings()
     with user_errors(ValueError):

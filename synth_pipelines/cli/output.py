@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from synth_pipelines.contracts.validation_errors import describe_validation_error
-from synth_pipelines.runtime.submission_errors import SubmissionError
+from synth_pipelines.submission.errors import SubmissionError
 
 console = Console()
 errors = Console(stderr=True)

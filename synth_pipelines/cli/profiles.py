@@ -17,7 +17,7 @@ from synth_pipelines.registry.profiles import (
     list_profiles,
     publish_profile,
 )
-from synth_pipelines.runtime.submission import read_json_argument
+from synth_pipelines.submission.run_requests import read_json_argument
 
 profile_app = typer.Typer(
     help="Publish and inspect immutable agent profiles.", no_args_is_help=True

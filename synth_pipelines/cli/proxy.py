@@ -41,7 +41,7 @@ def token(
 ) -> None:
     """Mint a scoped model-access token with the platform's signing key (for operators and
     tests); the key is never created here."""
-    from proxy.credentials import SigningKeyError, mint_token, read_signing_key
+    from synth_pipelines.credentials import SigningKeyError, mint_token, read_signing_key
 
     config = settings()
     with user_errors(SigningKeyError):

@@ -20,8 +20,8 @@ from synth_pipelines.control.checkpoints import run_checkpoints
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.policy_updates import UnresolvedUpdateError
 from synth_pipelines.control.runs import RunNotFoundError, get_run
-from synth_pipelines.runtime.submission_errors import SubmissionError
 from synth_pipelines.storage.objectstore import open_object_store
+from synth_pipelines.submission.errors import SubmissionError
 
 
 def _store():
@@ -53,7 +53,7 @@ def checkpoints(run_id: str = typer.Argument(...), as_json: bool = JSON_OPTION) 
 @run_app.command("resume")
 def resume(run_id: str = typer.Argument(...), as_json: bool = JSON_OPTION) -> None:
     """Relaunch an interrupted run from its unfinished batch (never past an unresolved update)."""
-    from synth_pipelines.runtime.lifecycle import RunNotActiveError, resume_run
+    from synth_pipelines.control.run_lifecycle import RunNotActiveError, resume_run
 
     engine = control_engine()
     run_id = my_run(engine, run_id).run_id
@@ -74,8 +74,8 @@ def cancel(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Stop a run: no further batch is admitted; in-flight batch runs are terminated."""
-    from synth_pipelines.cli.dagster_link import terminate_batch_runs
-    from synth_pipelines.runtime.lifecycle import cancel_run
+    from resources.dagster_instance import terminate_batch_runs
+    from synth_pipelines.control.run_lifecycle import cancel_run
 
     engine = control_engine()
     run_id = my_run(engine, run_id).run_id
@@ -114,10 +114,10 @@ def regrade(
 ) -> None:
     """Assess a run's retained work again (a backfill of `assessments`); the actor never runs."""
     from synth_pipelines.cli.progress import ProgressDisplay, RegradeCounter
-    from synth_pipelines.judging.regrade import RegradeRefusedError
-    from synth_pipelines.judging.regrade_request import request_regrade
-    from synth_pipelines.runtime.submission import read_profile
+    from synth_pipelines.runtime.regrade import RegradeRefusedError
+    from synth_pipelines.runtime.regrade_request import request_regrade
     from synth_pipelines.services.dagster_graphql import DagsterUnavailableError, backfill_status
+    from synth_pipelines.submission.run_requests import read_profile
 
     engine = control_engine()
     run = my_run(engine, run_id)

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
 
     from synth_pipelines.runtime.results import RunResults
-    from synth_pipelines.runtime.submission import Submission
+    from synth_pipelines.submission.run_requests import Submission
 
 DEFAULT_MAX_PLATFORM_ERRORS = 0.02
 """A comparison is refused above this share of attempts the platform failed."""
@@ -108,7 +108,7 @@ def start(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Accept an experiment and return its durable run id at once."""
-    from synth_pipelines.runtime.submission import Submission
+    from synth_pipelines.submission.run_requests import Submission
 
     start_run(
         Submission(dataset=dataset, actor=actor, plan=plan, judge=judge, model=model),
@@ -123,7 +123,7 @@ def start_run(
 ) -> None:
     from synth_pipelines.registry.datasets import DatasetError
     from synth_pipelines.runtime.served_models import ModelNotServedError, served_models
-    from synth_pipelines.runtime.submission import submit_run
+    from synth_pipelines.submission.run_requests import submit_run
 
     config = settings()
     with user_errors(DatasetError, IdempotencyConflictError, ModelNotServedError):

@@ -11,19 +11,11 @@ from synth_pipelines.config import settings
 services_app = typer.Typer()
 
 
-def _create_dagster_storage(home: str) -> None:
-    """Create the instance's storage before its services start: the daemon and the
-    webserver, started together on a fresh home, can both stamp the schedule storage's
-    schema version, after which no code server loads."""
-    import dagster as dg
-
-    dg.DagsterInstance.from_config(home).dispose()
-
-
 @services_app.command("up")
 def up(as_json: bool = JSON_OPTION) -> None:
     """Start the embedded services unless they run: model service, proxy, Dagster code server,
     daemon and UI."""
+    from resources.dagster_instance import create_dagster_storage
     from synth_pipelines.runtime.served_models import model_service_capabilities
     from synth_pipelines.services.embedded import (
         MODEL_SERVICE,
@@ -34,7 +26,7 @@ def up(as_json: bool = JSON_OPTION) -> None:
 
     config = settings()
     config.dagster_home.mkdir(parents=True, exist_ok=True)
-    _create_dagster_storage(str(config.dagster_home))
+    create_dagster_storage(str(config.dagster_home))
     write_code_server_workspace(config)
     rows = []
     for service in embedded_services(config):

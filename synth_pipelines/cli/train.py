@@ -86,7 +86,7 @@ def start(
     checkpoint each) or a `warm_start` plan (supervised steps on the tasks' demonstrations,
     one checkpoint)."""
     from synth_pipelines.cli.runs import start_run
-    from synth_pipelines.runtime.submission import Submission
+    from synth_pipelines.submission.run_requests import Submission
 
     start_run(
         Submission(

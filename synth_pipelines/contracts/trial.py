@@ -27,7 +27,7 @@ class TrialOutcome(TableRow):
     exception_message: str | None
     error_class: str | None
     """None: the attempt is assessed (or, unscored, completed); 'platform' or 'task': it is
-    not, for `error_reason` (`runtime/outcome_classes.py`)."""
+    not, for `error_reason` (`contracts/outcome_classes.py`)."""
     error_reason: str | None
     trial_key: str
     trial_sha256: str

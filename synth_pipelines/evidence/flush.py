@@ -14,7 +14,7 @@ class EvidenceFlushError(RuntimeError):
 def flush_evidence(run_id: str, attempt_ids: list[str] | None = None) -> dict:
     """Publish every staged call now (only these attempts' calls, when given); returns the
     proxy's counts."""
-    from proxy.credentials import load_signing_key, mint_token
+    from synth_pipelines.credentials import load_signing_key, mint_token
 
     config = settings()
     token = mint_token(

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
-from proxy.model_registry import ModelRegistry
 from synth_pipelines.contracts.interaction import Interaction
 from synth_pipelines.control.runs import RunNotFoundError, RunRecord, get_run
 from synth_pipelines.evidence.reader import read_attempt_evidence, run_attempts
 from synth_pipelines.learning.demonstrations import DemonstrationError
 from synth_pipelines.learning.trajectories import agent_calls
+from synth_pipelines.rendering.model_registry import ModelRegistry
 from synth_pipelines.storage.objectstore import ObjectStore
 
 LEARNED_STOPS = ("tool_use", "end_turn")

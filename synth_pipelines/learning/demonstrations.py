@@ -25,10 +25,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from proxy.adapters.base import ModelAdapter, RenderedPrompt
-from proxy.errors import ProxyError
-from proxy.messages import MessagesRequest
+from synth_pipelines.contracts.api_errors import ApiError
+from synth_pipelines.contracts.messages import MessagesRequest
 from synth_pipelines.contracts.profile import Profile
+from synth_pipelines.rendering.adapters.base import ModelAdapter, RenderedPrompt
 
 DEMONSTRATION_FILE = Path("solution") / "demonstration.json"
 TOOL_RESPONSE = "<tool_response>"
@@ -177,7 +177,7 @@ def demonstration_turns(
             history = adapter.render(
                 frame_request(frame, [*conversation[: k + 1], following])
             ).tokens
-        except (ProxyError, ValidationError) as error:
+        except (ApiError, ValidationError) as error:
             raise DemonstrationError(
                 f"task {demonstration.task}: turn {k} cannot be rendered: {error}"
             ) from None

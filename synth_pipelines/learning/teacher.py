@@ -9,7 +9,6 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from proxy.adapters.base import ModelAdapter
 from synth_pipelines.learning.demonstrations import (
     Demonstration,
     read_demonstration,
@@ -17,6 +16,7 @@ from synth_pipelines.learning.demonstrations import (
 )
 from synth_pipelines.registry.datasets import DatasetVersion, read_page
 from synth_pipelines.registry.task_packages import materialize_task
+from synth_pipelines.rendering.adapters.base import ModelAdapter
 from synth_pipelines.storage.objectstore import ObjectStore
 
 PAGE = 500

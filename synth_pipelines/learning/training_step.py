@@ -24,11 +24,11 @@ from synth_pipelines.contracts.plan import TrainPlan
 from synth_pipelines.contracts.run_spec import RunSpec
 from synth_pipelines.contracts.trial import TrialOutcome
 from synth_pipelines.control.checkpoints import Checkpoint
+from synth_pipelines.judging.assessing import Assessor, trial_assessment
 from synth_pipelines.learning.batch_learning import EvidenceAudit, GroupLearning, learn_group
 from synth_pipelines.learning.packing_stats import batch_packing
 from synth_pipelines.learning.trainer import Trainer
 from synth_pipelines.learning.update import apply_update, commit_checkpoint
-from synth_pipelines.runtime.assessing import Assessor, trial_assessment
 from synth_pipelines.storage.objectstore import ObjectStore
 
 

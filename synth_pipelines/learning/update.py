@@ -33,8 +33,8 @@ from synth_pipelines.control.policy_updates import (
     record_without_step,
     refuse_if_unresolved,
 )
+from synth_pipelines.control.run_lifecycle import complete_batch
 from synth_pipelines.learning.trainer import Trainer
-from synth_pipelines.runtime.lifecycle import complete_batch
 
 
 def no_signal_reason(signal: dict) -> str:

@@ -18,12 +18,12 @@ import torch
 from sqlalchemy import Engine
 from tinker_cookbook.supervised.common import datum_from_model_input_weights
 
-from proxy.server import model_registry
 from synth_pipelines.config import settings
 from synth_pipelines.contracts.plan import WarmStartPlan
 from synth_pipelines.contracts.run_spec import RunSpec, batch_key
 from synth_pipelines.control.checkpoints import Checkpoint, batch_checkpoint, record_checkpoint
 from synth_pipelines.control.events import record_event
+from synth_pipelines.control.run_lifecycle import complete_batch, start_batch
 from synth_pipelines.learning.captured_demonstrations import captured_examples, captured_run
 from synth_pipelines.learning.demonstrations import (
     DemonstrationError,
@@ -35,7 +35,7 @@ from synth_pipelines.learning.policy import bind_policy
 from synth_pipelines.learning.teacher import dataset_demonstrations
 from synth_pipelines.learning.trainer import adam
 from synth_pipelines.registry.datasets import get_dataset
-from synth_pipelines.runtime.lifecycle import complete_batch, start_batch
+from synth_pipelines.rendering.model_registry import configured_registry
 from synth_pipelines.storage.objectstore import ObjectStore
 
 
@@ -68,7 +68,7 @@ def demonstration_datums(
     """Per example (a task's demonstration, or an attempt of the captured run), its turns'
     datums: tasks of the run's dataset in order, up to the plan's limit."""
     assert isinstance(spec.plan, WarmStartPlan)
-    registry = model_registry(settings())
+    registry = configured_registry(settings())
     if spec.plan.captured_run is not None:
         captured_run(engine, spec.plan.captured_run, spec.actor.digest, spec.owner)
         captured = captured_examples(engine, store, spec.plan.captured_run, registry, base_model)

@@ -20,12 +20,12 @@ from synth_pipelines.agents.engines import engine_runtime
 from synth_pipelines.agents.harbor_agent import IMPORT_PATH as PROFILE_AGENT
 from synth_pipelines.agents.session import AttemptIdentity
 from synth_pipelines.contracts.dataset import TaskRef
+from synth_pipelines.contracts.outcome_classes import classify
 from synth_pipelines.contracts.plan import ExecutionSettings
 from synth_pipelines.contracts.profile import PinnedProfile, Profile
 from synth_pipelines.contracts.trial import TrialOutcome
 from synth_pipelines.judging.verifier import IMPORT_PATH as JUDGE_VERIFIER
 from synth_pipelines.runtime.docker_environment import IMPORT_PATH as DOCKER_ENVIRONMENT
-from synth_pipelines.runtime.outcome_classes import classify
 from synth_pipelines.runtime.trial_records import archive_trial, directory_digest, read_rationale
 from synth_pipelines.sandbox.verification import isolate_verification
 from synth_pipelines.storage.objectstore import ObjectRef, ObjectStore

@@ -61,7 +61,7 @@ class ServedModels:
 
     def _operator_token(self) -> str:
         """A short-lived operator token for the proxy's model routes."""
-        from proxy.credentials import SigningKeyError, mint_token, read_signing_key
+        from synth_pipelines.credentials import SigningKeyError, mint_token, read_signing_key
 
         try:
             key = read_signing_key(self.signing_key_path)

@@ -11,13 +11,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from synth_pipelines.config import settings
+from synth_pipelines.rendering.model_names import DEFAULT_MAX_LOADED, QWEN3_TINY
 from synth_pipelines.storage.objectstore import open_object_store
 from synth_pipelines.tinker_local.api import health_router, router
 from synth_pipelines.tinker_local.backbone import check_base_model
 from synth_pipelines.tinker_local.base_models import BaseModels
 from synth_pipelines.tinker_local.checkpoints import CheckpointStore
 from synth_pipelines.tinker_local.errors import MissingCredentialsError, NotFoundError, UserError
-from synth_pipelines.tinker_local.names import DEFAULT_MAX_LOADED, QWEN3_TINY
 from synth_pipelines.tinker_local.scripted import Script, script_router
 from synth_pipelines.tinker_local.service import ModelService
 

@@ -27,14 +27,14 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
-from synth_pipelines.tinker_local.errors import UserError
-from synth_pipelines.tinker_local.names import (
+from synth_pipelines.rendering.model_names import (
     DEEPSEEK_TINY,
     GLM_TINY,
     KIMI_TINY,
     QWEN3_LEARNER,
     QWEN3_TINY,
 )
+from synth_pipelines.tinker_local.errors import UserError
 from synth_pipelines.tinker_local.native_tokenizer import NativeTokenizer, family_tokenizer
 
 QWEN3_TINY_SEED = 20251130

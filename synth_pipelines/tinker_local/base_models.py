@@ -17,11 +17,11 @@ from dataclasses import dataclass
 
 import torch
 
+from synth_pipelines.rendering.model_names import DEFAULT_MAX_LOADED, SEEDED_MODEL_NAMES
 from synth_pipelines.tinker_local.backbone import Backbone, load_backbone
 from synth_pipelines.tinker_local.engine import Engine
 from synth_pipelines.tinker_local.errors import UserError
 from synth_pipelines.tinker_local.lora import LoraSlots
-from synth_pipelines.tinker_local.names import DEFAULT_MAX_LOADED, SEEDED_MODEL_NAMES
 from synth_pipelines.tinker_local.sampling import Sampler
 
 

@@ -13,9 +13,10 @@ from collections.abc import Sequence
 from tml_renderers import renderers
 from tml_renderers.tokenizers import Tokenizer
 
-from synth_pipelines.tinker_local.names import DEEPSEEK_TINY, GLM_TINY, KIMI_TINY
+from synth_pipelines.rendering.model_names import DEEPSEEK_TINY, GLM_TINY, KIMI_TINY
 
-# The renderers the proxy's family adapters use (proxy/adapters/): their tokenizers and stops.
+# The renderers the family adapters use (synth_pipelines/rendering/adapters/): their
+# tokenizers and stops.
 _FAMILY_RENDERERS = {
     DEEPSEEK_TINY: renderers.DeepSeekV31,
     KIMI_TINY: renderers.KimiK2,

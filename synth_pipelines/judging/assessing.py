@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from synth_pipelines.contracts.assessment import Assessment
+from synth_pipelines.contracts.outcome_classes import ErrorClass
 from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.contracts.trial import TrialOutcome
-from synth_pipelines.runtime.outcome_classes import ErrorClass
 
 TASK_VERIFIER = "task-verifier"
 
@@ -49,7 +49,7 @@ def assessment(
     assessed_at: datetime,
 ) -> Assessment:
     """An assessor's verdict on one attempt's retained work. `error` is the class and
-    reason of the assessing trial's end (`runtime/outcome_classes.py`). Work the platform
+    reason of the assessing trial's end (`contracts/outcome_classes.py`). Work the platform
     failed to produce stays a platform error whoever assesses it."""
     rewards = json.loads(rewards_json) if rewards_json else None
     reward = _reward(rewards) if rewards else None

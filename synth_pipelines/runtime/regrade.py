@@ -23,19 +23,19 @@ from sqlalchemy import Engine
 
 from synth_pipelines.contracts.assessment import Assessment
 from synth_pipelines.contracts.dataset import TaskRef
+from synth_pipelines.contracts.outcome_classes import classify
 from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.contracts.run_spec import RunSpec
 from synth_pipelines.contracts.trial import TrialOutcome
+from synth_pipelines.judging.assessing import Assessor, assessment
 from synth_pipelines.registry.task_packages import load_task, materialize_task
 from synth_pipelines.runtime.admission import ResourceAdmission
-from synth_pipelines.runtime.assessing import Assessor, assessment
 from synth_pipelines.runtime.batch_plan import plan_batch
 from synth_pipelines.runtime.harbor_trials import (
     AttemptContext,
     environment_config,
     verifier_config,
 )
-from synth_pipelines.runtime.outcome_classes import classify
 from synth_pipelines.runtime.trial_batch import demand_for
 from synth_pipelines.runtime.trial_records import (
     archive_trial,

@@ -44,7 +44,7 @@ class ErrorResponse(BaseModel):
     error: ErrorDetail
 
 
-class ProxyError(Exception):
+class ApiError(Exception):
     """A request the proxy refuses, carried up to the HTTP layer as Anthropic's error body."""
 
     def __init__(
@@ -64,8 +64,8 @@ class ProxyError(Exception):
         return ErrorResponse(error=ErrorDetail(type=self.error_type, message=self.message))
 
 
-def invalid_request(message: str) -> ProxyError:
-    return ProxyError("invalid_request_error", message)
+def invalid_request(message: str) -> ApiError:
+    return ApiError("invalid_request_error", message)
 
 
 def field_path(loc: tuple[int | str, ...]) -> str:
@@ -100,8 +100,8 @@ def validation_error_response(exc: ValidationError) -> ErrorResponse:
     return ErrorResponse(error=ErrorDetail(type="invalid_request_error", message=message))
 
 
-def validation_error(exc: ValidationError) -> ProxyError:
-    return ProxyError("invalid_request_error", validation_error_response(exc).error.message)
+def validation_error(exc: ValidationError) -> ApiError:
+    return ApiError("invalid_request_error", validation_error_response(exc).error.message)
 
 
 def _describe(error: Any) -> str:

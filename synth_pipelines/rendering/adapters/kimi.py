@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from tml_renderers import renderers
 
-from proxy.adapters.completion import NativeSyntax
-from proxy.adapters.conversation import ToolCall
-from proxy.adapters.tml_native import NativeFormat, TmlNativeAdapter
+from synth_pipelines.rendering.adapters.completion import NativeSyntax
+from synth_pipelines.rendering.adapters.conversation import ToolCall
+from synth_pipelines.rendering.adapters.tml_native import NativeFormat, TmlNativeAdapter
 
 
 def kimi_tool_id(position: int, call: ToolCall) -> str:

@@ -1,4 +1,6 @@
-"""What the CLI tells Dagster directly: partitions and materializations it wrote itself."""
+"""The Dagster instance outside a Dagster process: its storage created before the services
+start, and what the CLI tells it directly (partitions and materializations it wrote itself,
+runs to stop)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,13 @@ import dagster as dg
 from synth_pipelines.config import settings
 from synth_pipelines.contracts.dataset import DatasetVersion
 from synth_pipelines.storage.objectstore import ObjectRef
+
+
+def create_dagster_storage(home: str) -> None:
+    """Create the instance's storage before its services start: the daemon and the
+    webserver, started together on a fresh home, can both stamp the schedule storage's
+    schema version, after which no code server loads."""
+    dg.DagsterInstance.from_config(home).dispose()
 
 
 def dagster_instance() -> dg.DagsterInstance:

@@ -12,9 +12,9 @@ import json
 
 from tml_renderers import renderers
 
-from proxy.adapters.completion import NativeSyntax
-from proxy.adapters.tml_native import NativeFormat, TmlNativeAdapter
-from proxy.messages import ToolParam
+from synth_pipelines.contracts.messages import ToolParam
+from synth_pipelines.rendering.adapters.completion import NativeSyntax
+from synth_pipelines.rendering.adapters.tml_native import NativeFormat, TmlNativeAdapter
 
 
 def special_token(words: str) -> str:

@@ -15,9 +15,16 @@ from dataclasses import dataclass
 from tml_renderers import chat
 from tml_renderers.renderer import Renderer
 
-from proxy.adapters.base import Family, ParsedCompletion, RenderedPrompt, SamplerStopReason
-from proxy.adapters.completion import NativeSyntax, parse_completion
-from proxy.adapters.conversation import (
+from synth_pipelines.contracts.api_errors import invalid_request
+from synth_pipelines.contracts.messages import CountTokensRequest, ToolParam
+from synth_pipelines.rendering.adapters.base import (
+    Family,
+    ParsedCompletion,
+    RenderedPrompt,
+    SamplerStopReason,
+)
+from synth_pipelines.rendering.adapters.completion import NativeSyntax, parse_completion
+from synth_pipelines.rendering.adapters.conversation import (
     AssistantTurn,
     Conversation,
     SystemTurn,
@@ -26,9 +33,7 @@ from proxy.adapters.conversation import (
     UserTurn,
     conversation_from_request,
 )
-from proxy.errors import invalid_request
-from proxy.messages import CountTokensRequest, ToolParam
-from proxy.prefix_cache import CacheScope, PrefixCache
+from synth_pipelines.rendering.prefix_cache import CacheScope, PrefixCache
 
 NativeToolId = Callable[[int, ToolCall], str]
 """(position of the call in the conversation, call) -> the id the native format renders."""

@@ -18,9 +18,15 @@ from typing import Any
 from tml_renderers import chat, renderers
 from tml_renderers.renderer import Parser
 
-from proxy.adapters.base import Family, ParsedCompletion, RenderedPrompt, SamplerStopReason
-from proxy.adapters.completion import NativeSyntax, parse_completion
-from proxy.adapters.conversation import (
+from synth_pipelines.contracts.messages import CountTokensRequest
+from synth_pipelines.rendering.adapters.base import (
+    Family,
+    ParsedCompletion,
+    RenderedPrompt,
+    SamplerStopReason,
+)
+from synth_pipelines.rendering.adapters.completion import NativeSyntax, parse_completion
+from synth_pipelines.rendering.adapters.conversation import (
     AssistantTurn,
     Conversation,
     SystemTurn,
@@ -29,9 +35,8 @@ from proxy.adapters.conversation import (
     UserTurn,
     conversation_from_request,
 )
-from proxy.messages import CountTokensRequest
-from proxy.prefix_cache import CacheScope, PrefixCache, Run, encode_runs
-from proxy.segment_cache import line_starts
+from synth_pipelines.rendering.prefix_cache import CacheScope, PrefixCache, Run, encode_runs
+from synth_pipelines.rendering.segment_cache import line_starts
 
 _TOOLS_INTRO = (
     "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"

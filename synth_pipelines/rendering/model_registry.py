@@ -17,11 +17,12 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from proxy.adapters import adapter_for
-from proxy.adapters.base import Family, ModelAdapter
-from proxy.errors import ProxyError
+from synth_pipelines.config import Settings
+from synth_pipelines.contracts.api_errors import ApiError
 from synth_pipelines.contracts.validation_errors import describe_validation_error
-from synth_pipelines.tinker_local.names import QWEN3_LEARNER
+from synth_pipelines.rendering.adapters import adapter_for
+from synth_pipelines.rendering.adapters.base import Family, ModelAdapter
+from synth_pipelines.rendering.model_names import QWEN3_LEARNER
 
 
 class _Frozen(BaseModel):
@@ -180,7 +181,7 @@ DEFAULT_MODELS: tuple[ModelEntry, ...] = (
         display_name="Qwen3 learner (local model service; the learning demo's base model)",
     ),
     # The other families' native formats end to end on the local model service: tiny seeded
-    # models with each family's own tokenizer (synth_pipelines/tinker_local/names.py).
+    # models with each family's own tokenizer (synth_pipelines/rendering/model_names.py).
     *(
         ModelEntry(
             id=model,
@@ -309,7 +310,7 @@ class ModelRegistry:
             )
         if entry is None:
             served = ", ".join(sorted(self._entries)) or "none"
-            raise ProxyError(
+            raise ApiError(
                 "not_found_error",
                 f"model: {model_id!r} is not served by this proxy; served models: {served} "
                 "(GET /v1/models lists them)",
@@ -350,3 +351,8 @@ def read_entries(path: Path) -> list[ModelEntry]:
         raise ValueError(
             f"{path} is not a valid model registry: {describe_validation_error(exc)}"
         ) from None
+
+
+def configured_registry(config: Settings) -> ModelRegistry:
+    """The models the platform serves: the built-in ones and a configured registry file's."""
+    return served_registry(config.teacher_service_url, config.model_registry)

@@ -33,7 +33,7 @@ from synth_pipelines.registry.profiles import (
     register_profile,
 )
 from synth_pipelines.runtime.served_models import ModelNotServedError
-from synth_pipelines.runtime.submission_errors import SubmissionError
+from synth_pipelines.submission.errors import SubmissionError
 
 
 @dataclass(frozen=True)

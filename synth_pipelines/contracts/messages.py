@@ -32,7 +32,7 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, PydanticCustomError
 
-from proxy.errors import ErrorResponse, invalid_request, validation_error
+from synth_pipelines.contracts.api_errors import ErrorResponse, invalid_request, validation_error
 
 IGNORED_FIELDS: dict[str, str] = {
     "cache_control": "prompt caching is Anthropic's; the proxy's own prefix cache needs no markers",
@@ -425,12 +425,12 @@ class MessagesRequest(CountTokensRequest):
 
 
 def parse_messages_request(body: bytes | str) -> MessagesRequest:
-    """`POST /v1/messages` body -> request; a `ProxyError` (400) says what is wrong."""
+    """`POST /v1/messages` body -> request; a `ApiError` (400) says what is wrong."""
     return _parse(MessagesRequest, body)
 
 
 def parse_count_tokens_request(body: bytes | str) -> CountTokensRequest:
-    """`POST /v1/messages/count_tokens` body -> request; a `ProxyError` (400) on bad input."""
+    """`POST /v1/messages/count_tokens` body -> request; a `ApiError` (400) on bad input."""
     return _parse(CountTokensRequest, body)
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import threading
 
-from proxy.adapters.base import Family, ModelAdapter
-from proxy.adapters.deepseek import DeepSeekAdapter
-from proxy.adapters.glm import GlmAdapter
-from proxy.adapters.kimi import KimiAdapter
-from proxy.adapters.qwen import QwenAdapter
+from synth_pipelines.rendering.adapters.base import Family, ModelAdapter
+from synth_pipelines.rendering.adapters.deepseek import DeepSeekAdapter
+from synth_pipelines.rendering.adapters.glm import GlmAdapter
+from synth_pipelines.rendering.adapters.kimi import KimiAdapter
+from synth_pipelines.rendering.adapters.qwen import QwenAdapter
 
 _ADAPTER_TYPES: dict[Family, type[ModelAdapter]] = {
     "qwen": QwenAdapter,

@@ -18,9 +18,15 @@ from tml_renderers import chat, parse_errors
 from tml_renderers.renderer import Parser
 from tml_renderers.tokenizers import Tokenizer
 
-from proxy.adapters.base import ParsedCompletion, SamplerStopReason
-from proxy.messages import ContentBlock, StopReason, TextBlock, ThinkingBlock, ToolUseBlock
-from proxy.thinking_signature import sign_thinking
+from synth_pipelines.contracts.messages import (
+    ContentBlock,
+    StopReason,
+    TextBlock,
+    ThinkingBlock,
+    ToolUseBlock,
+)
+from synth_pipelines.rendering.adapters.base import ParsedCompletion, SamplerStopReason
+from synth_pipelines.rendering.thinking_signature import sign_thinking
 
 
 @dataclass(frozen=True)

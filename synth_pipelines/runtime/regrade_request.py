@@ -12,8 +12,8 @@ from synth_pipelines.control.events import record_event
 from synth_pipelines.control.regrades import Regrade, attach_backfill, get_regrade, record_regrade
 from synth_pipelines.control.runs import RunRecord
 from synth_pipelines.control.table_outputs import current_table_ref
-from synth_pipelines.judging.regrade import RegradeRefusedError, check_regradable, task_dirs_for
-from synth_pipelines.runtime.assessing import Assessor
+from synth_pipelines.judging.assessing import Assessor
+from synth_pipelines.runtime.regrade import RegradeRefusedError, check_regradable, task_dirs_for
 from synth_pipelines.services.dagster_graphql import DagsterUnavailableError, launch_asset_backfill
 from synth_pipelines.storage.objectstore import ObjectStore
 

@@ -13,7 +13,7 @@ import base64
 import binascii
 import zlib
 
-from proxy.messages import ContentBlock, ThinkingBlock
+from synth_pipelines.contracts.messages import ContentBlock, ThinkingBlock
 
 SIGNATURE_PREFIX = "synth-thinking-v1."
 

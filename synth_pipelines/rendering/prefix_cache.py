@@ -12,8 +12,9 @@ Entries are scoped by owner, credential, model, native session and agent, so one
 prompts never serve another's, and the cache is bounded by sessions and by total tokens
 (least recently used first out). Where the adapter names how its tokenizer may be cut
 (`split`), a text run the session has not seen is looked up segment by segment among the
-texts of the same owner and model (`proxy.segment_cache`), which is what makes a session's
-first call cheap: its system prompt and tools are those of the attempts before it.
+texts of the same owner and model (`synth_pipelines.rendering.segment_cache`), which is
+what makes a session's first call cheap: its system prompt and tools are those of the
+attempts before it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from proxy.segment_cache import SegmentCache
+from synth_pipelines.rendering.segment_cache import SegmentCache
 
 Run = int | str
 """A special token id, or ordinary text between special tokens."""

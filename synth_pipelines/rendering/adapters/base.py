@@ -15,8 +15,13 @@ from typing import Literal, Protocol
 import tinker
 from tml_renderers.renderer import Parser
 
-from proxy.messages import ContentBlock, CountTokensRequest, MessagesRequest, StopReason
-from proxy.prefix_cache import CacheScope, PrefixCache
+from synth_pipelines.contracts.messages import (
+    ContentBlock,
+    CountTokensRequest,
+    MessagesRequest,
+    StopReason,
+)
+from synth_pipelines.rendering.prefix_cache import CacheScope, PrefixCache
 
 Family = Literal["qwen", "deepseek", "kimi", "glm"]
 SamplerStopReason = Literal["stop", "length"]

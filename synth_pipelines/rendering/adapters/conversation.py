@@ -11,8 +11,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.errors import invalid_request
-from proxy.messages import (
+from synth_pipelines.contracts.api_errors import invalid_request
+from synth_pipelines.contracts.messages import (
     CountTokensRequest,
     MessageParam,
     RedactedThinkingBlockParam,
@@ -24,7 +24,7 @@ from proxy.messages import (
     ToolResultBlockParam,
     ToolUseBlockParam,
 )
-from proxy.thinking_signature import thinking_text
+from synth_pipelines.rendering.thinking_signature import thinking_text
 
 # Text blocks of one message, and system blocks, are joined as paragraphs.
 BLOCK_SEPARATOR = "\n\n"

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from tml_renderers import renderers
 
-from proxy.adapters.completion import NativeSyntax
-from proxy.adapters.tml_native import NativeFormat, TmlNativeAdapter
+from synth_pipelines.rendering.adapters.completion import NativeSyntax
+from synth_pipelines.rendering.adapters.tml_native import NativeFormat, TmlNativeAdapter
 
 
 class GlmAdapter(TmlNativeAdapter):
