@@ -402,7 +402,15 @@ async def _assess(context, engine, store, spec, index, config: BatchConfig, outc
     judge = PinnedProfile.model_validate_json(config.judge) if config.judge else None
     try:
         rows = await regrade_batch(
-            engine, store, spec, index, outcomes, judge, config.regrade_id, settings().work_dir
+            engine,
+            store,
+            spec,
+            index,
+            outcomes,
+            judge,
+            config.regrade_id,
+            settings().work_dir,
+            pool=WorkerPool.configured(settings()),
         )
     except RegradeRefusedError as error:
         raise dg.Failure(description=str(error)) from None

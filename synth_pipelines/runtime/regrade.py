@@ -29,7 +29,7 @@ from synth_pipelines.contracts.run_spec import RunSpec
 from synth_pipelines.contracts.trial import TrialOutcome
 from synth_pipelines.judging.assessing import Assessor, assessment
 from synth_pipelines.registry.task_packages import load_task, materialize_task
-from synth_pipelines.runtime.admission import ResourceAdmission
+from synth_pipelines.runtime.admission import PoolAdmission, ResourceAdmission, WorkerPool
 from synth_pipelines.runtime.batch_plan import plan_batch
 from synth_pipelines.runtime.harbor_trials import (
     AttemptContext,
@@ -155,14 +155,23 @@ async def regrade_batch(
     judge: PinnedProfile | None,
     regrade_id: str,
     work_dir: Path,
+    *,
+    pool: WorkerPool,
 ) -> list[Assessment]:
+    """Every outcome assessed again, each judge's sandbox admitted like an attempt: within
+    the run's budget and the worker pool's, which it shares with every running batch."""
     tasks = await asyncio.to_thread(task_dirs_for, engine, store, spec, index, work_dir)
     check_regradable(tasks)
     admission = ResourceAdmission(spec.plan.budget)
+    pool_admission = PoolAdmission(engine, pool)
 
     async def one(outcome: TrialOutcome) -> Assessment:
         task, task_dir = tasks[outcome.group_index]
-        async with admission.admit(demand_for(task_dir, spec.plan), f"task {task.name}"):
+        demand, what = demand_for(task_dir, spec.plan), f"regrade of task {task.name}"
+        async with (
+            admission.admit(demand, what),
+            pool_admission.admit(demand, what, run_id=spec.run_id, attempt_id=outcome.attempt_id),
+        ):
             return await _regrade_one(
                 outcome, task, task_dir, spec, judge, regrade_id, store, work_dir
             )
