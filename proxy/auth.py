@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from proxy.revocations import revoked_message
+from proxy.state import State
 from synth_pipelines.contracts.api_errors import ApiError
 from synth_pipelines.contracts.scoped_token import TokenClaims
 from synth_pipelines.credentials import (
@@ -16,7 +17,7 @@ from synth_pipelines.credentials import (
     check_model,
     verify_token,
 )
-from synth_pipelines.rendering.model_registry import CheckpointModel
+from synth_pipelines.rendering.model_registry import ModelRegistry
 
 
 @dataclass(frozen=True)
@@ -31,8 +32,9 @@ class Caller:
         except TokenScopeError as error:
             raise ApiError("permission_error", str(error)) from None
 
-    def check_checkpoint_owner(self, model: str, checkpoint: CheckpointModel | None) -> None:
+    def check_checkpoint_owner(self, registry: ModelRegistry, model: str) -> None:
         """A checkpoint is served, and described, only to its owner's tokens."""
+        checkpoint = registry.checkpoint(model)
         if checkpoint is not None and checkpoint.owner != self.claims.owner:
             raise ApiError("permission_error", f"checkpoint {model} belongs to another owner")
 
@@ -46,7 +48,7 @@ def _presented_token(request: Request) -> str | None:
     return value.strip() if scheme.lower() == "bearer" and value.strip() else None
 
 
-async def caller(request: Request) -> Caller:
+async def caller(request: Request, state: State) -> Caller:
     token = _presented_token(request)
     if token is None:
         raise ApiError(
@@ -54,7 +56,6 @@ async def caller(request: Request) -> Caller:
             "x-api-key header is required (or Authorization: Bearer <token>); "
             "mint one with `synth proxy token`",
         )
-    state = request.app.state.proxy
     try:
         claims = verify_token(state.signing_key, token)
     except TokenInvalidError as error:

@@ -2,8 +2,8 @@
 
 Staging is on the response path (a worker stages each call before its response
 completes, `proxy.worker_calls`); publishing never is: a bounded background thread uploads
-chunks, commits their references and reports them to Dagster, so a slow upload never
-delays an agent.
+chunks, commits their references and reports them (to whatever the proxy's config
+names), so a slow upload never delays an agent.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine
 
@@ -20,64 +19,7 @@ from synth_pipelines.control.token_revocations import revocation_reason
 from synth_pipelines.evidence.publisher import EvidencePublisher, PublishedChunk
 from synth_pipelines.evidence.spool import Spool
 
-if TYPE_CHECKING:
-    from dagster import DagsterInstance
-
 log = logging.getLogger("synth.proxy.capture")
-
-
-class DagsterReporter:
-    """Reports each published chunk as a runless materialization of
-    `captured_interactions[batch]`, for lineage.
-
-    It keeps one Dagster instance for the proxy's life: a new instance per chunk re-read
-    the event storage's migration scripts and re-checked its schema every time (about
-    150 ms of CPU a chunk, on the server process's GIL, so the event loop stalled with it).
-    A batch partition, once seen, is not looked up again: partitions are never removed.
-    """
-
-    def __init__(self) -> None:
-        self._instance: DagsterInstance | None = None
-        self._batches: set[str] = set()
-
-    def __call__(self, chunk: PublishedChunk) -> None:
-        if chunk.batch is None:
-            return
-        import dagster as dg
-
-        instance = self._dagster()
-        if chunk.batch not in self._batches:
-            if not instance.has_dynamic_partition("batches", chunk.batch):
-                log.warning(
-                    "batch partition %s does not exist; not reporting %s", chunk.batch, chunk.key
-                )
-                return
-            self._batches.add(chunk.batch)
-        instance.report_runless_asset_event(
-            dg.AssetMaterialization(
-                asset_key="captured_interactions",
-                partition=chunk.batch,
-                metadata={
-                    "chunk": chunk.key,
-                    "sha256": chunk.sha256,
-                    "bytes": chunk.size,
-                    "calls": chunk.calls,
-                    "attempt": chunk.attempt_id,
-                },
-            )
-        )
-
-    def _dagster(self) -> DagsterInstance:
-        if self._instance is None:
-            from resources.dagster_instance import dagster_instance
-
-            self._instance = dagster_instance()
-        return self._instance
-
-    def close(self) -> None:
-        if self._instance is not None:
-            self._instance.dispose()
-            self._instance = None
 
 
 class CaptureSink:

@@ -24,7 +24,7 @@ from sqlalchemy import Engine
 from proxy.capture import stage_text_call
 from proxy.chat_translation import chat_message, chat_request
 from proxy.revocations import revoked_message
-from proxy.worker_calls import CallRecord
+from proxy.worker_messages import CallRecord
 from synth_pipelines.contracts.api_errors import ApiError
 from synth_pipelines.contracts.interaction import Interaction
 from synth_pipelines.contracts.messages import (
@@ -62,7 +62,7 @@ class InferenceRoutes:
         self._spool = spool
         self._engine = engine
         self._client = httpx.AsyncClient(timeout=timeout_sec)
-        self._call_numbers: defaultdict[tuple[str, str], itertools.count] = defaultdict(
+        self._call_numbers: defaultdict[tuple[str, str], itertools.count[int]] = defaultdict(
             itertools.count
         )
 
@@ -169,7 +169,8 @@ class InferenceRoutes:
                 f"the {route.kind} route at {route.base_url} answered "
                 f"{response.status_code}: {response.text[:300]}",
             )
-        return response.json()
+        answer: dict[str, Any] = response.json()
+        return answer
 
     def _interaction(
         self,

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import tinker
 
 from synth_pipelines.contracts.api_errors import ApiError
+from synth_pipelines.rendering.adapters.base import SamplerStopReason
 from synth_pipelines.rendering.model_registry import TinkerRoute
 
 FORGOTTEN_SESSION = "unknown sampling session"
@@ -27,7 +28,7 @@ class PromptIds(list[int]):
 class Sample:
     tokens: list[int]
     logprobs: list[float]
-    stop_reason: str
+    stop_reason: SamplerStopReason
     sampler: str
 
 
@@ -104,7 +105,10 @@ class TinkerSampler:
         prompt = tinker.ModelInput.from_ints(PromptIds(prompt_tokens))
         client = await self._client(route)
         try:
-            return await client.sample(prompt=prompt, num_samples=1, sampling_params=params)
+            response: tinker.SampleResponse = await client.sample(
+                prompt=prompt, num_samples=1, sampling_params=params
+            )
+            return response
         except tinker.RequestFailedError as error:
             if FORGOTTEN_SESSION not in str(error):
                 raise
@@ -116,7 +120,10 @@ class TinkerSampler:
                 for stale in [r for r in self._clients if r.service_url == route.service_url]:
                     del self._clients[stale]
         client = await self._client(route)
-        return await client.sample(prompt=prompt, num_samples=1, sampling_params=params)
+        retried: tinker.SampleResponse = await client.sample(
+            prompt=prompt, num_samples=1, sampling_params=params
+        )
+        return retried
 
     def close(self) -> None:
         for service in self._services.values():

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable
 from urllib.parse import urlparse
 
 import uvicorn
 
-from proxy.app import ProxyConfig, create_app
+from proxy.app import create_app
+from proxy.config import ProxyConfig
 from proxy.sandbox_listener import sandbox_socket
 from synth_pipelines.config import Settings
+from synth_pipelines.evidence.publisher import PublishedChunk
 from synth_pipelines.rendering.model_registry import configured_registry
 
 DEFAULT_WORKERS = min(8, (os.cpu_count() or 1) + 1)
@@ -19,7 +22,12 @@ On 2 cores, 32 streaming sessions ran at 120-136 calls/s with 2, 3 or 4 workers 
 run-to-run noise (`benchmarks/proxy.py`)."""
 
 
-def proxy_config(config: Settings, *, workers: int = DEFAULT_WORKERS) -> ProxyConfig:
+def proxy_config(
+    config: Settings,
+    *,
+    workers: int = DEFAULT_WORKERS,
+    report_published: Callable[[PublishedChunk], None] | None = None,
+) -> ProxyConfig:
     registry = configured_registry(config)
     return ProxyConfig(
         state_dir=config.state_dir,
@@ -32,16 +40,23 @@ def proxy_config(config: Settings, *, workers: int = DEFAULT_WORKERS) -> ProxyCo
         registry=registry,
         workers=workers,
         publish_interval_sec=config.proxy_publish_interval_sec,
+        report_published=report_published,
     )
 
 
-def serve(config: Settings, *, workers: int = DEFAULT_WORKERS) -> None:
-    """Serve operators at `proxy_url` and sandboxes at `proxy_sandbox_socket`."""
+def serve(
+    config: Settings,
+    *,
+    workers: int = DEFAULT_WORKERS,
+    report_published: Callable[[PublishedChunk], None] | None = None,
+) -> None:
+    """Serve operators at `proxy_url` and sandboxes at `proxy_sandbox_socket`, telling
+    `report_published` of each published evidence chunk."""
     address = urlparse(config.proxy_url)
     operators = socket.create_server((address.hostname or "127.0.0.1", address.port or 8200))
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(proxy_config(config, workers=workers)),
+            create_app(proxy_config(config, workers=workers, report_published=report_published)),
             log_level="warning",
             timeout_graceful_shutdown=5,
         )

@@ -7,8 +7,8 @@ tinker SDK, parses the completion and stages the exact prompt ids, sampled ids a
 logprobs durably before it answers, so the response and the learning record come from the
 same prepared prompt and sampled output, and a prompt's ids never cross a process boundary.
 
-Everything that crosses one is plain data (`Prepared`, `CallRecord`, `Finished`); a client
-mistake or a backend failure comes back as an `ErrorResult`, never as an exception.
+Everything that crosses one is plain data (`proxy.worker_messages`): a request of one type
+per call, dispatched here by its type (`handle`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import assert_never
 
 import tinker
 
@@ -29,6 +30,19 @@ from proxy.checkpoint_models import checkpoint_lookup
 from proxy.context_fit import fit_to_context
 from proxy.revocations import revoked_message
 from proxy.sampler import TinkerSampler
+from proxy.worker_messages import (
+    Abandon,
+    CallRecord,
+    Cancel,
+    Complete,
+    Count,
+    ErrorResult,
+    Finished,
+    Freeze,
+    Prepare,
+    Prepared,
+    WorkerRequest,
+)
 from synth_pipelines.contracts.api_errors import ApiError
 from synth_pipelines.contracts.interaction import Interaction
 from synth_pipelines.contracts.messages import (
@@ -46,53 +60,6 @@ from synth_pipelines.rendering.adapters.base import RenderedPrompt
 from synth_pipelines.rendering.model_registry import ModelRegistry, TinkerRoute
 from synth_pipelines.rendering.prefix_cache import CacheScope, PrefixCache
 from synth_pipelines.rendering.thinking_signature import omit_thinking
-
-
-@dataclass(frozen=True)
-class ErrorResult:
-    error_type: str
-    message: str
-
-    def exception(self) -> ApiError:
-        return ApiError(self.error_type, self.message)  # type: ignore[arg-type]
-
-
-@dataclass(frozen=True)
-class Prepared:
-    model: str
-    stream: bool
-    prompt_tokens: int
-    reused_prefix_tokens: int
-
-
-@dataclass(frozen=True)
-class CallRecord:
-    """Who made the call and when it reached the server, for its evidence."""
-
-    token_id: str
-    """Checked for revocation right before the call's evidence is staged."""
-    run_id: str
-    batch: str | None
-    attempt_id: str
-    trial_id: str | None
-    owner: str
-    role: str
-    agent_id: str
-    parent_agent_id: str | None
-    agent_type: str | None
-    native_session_id: str | None
-    sampling_seed: int | None
-    sampling_temperature: float | None
-    received: float
-    """`time.monotonic()` in the server process; CLOCK_MONOTONIC is one clock machine-wide."""
-
-
-@dataclass(frozen=True)
-class Finished:
-    message: Message
-    kept_tokens: int
-    """Sampled tokens the response stands for (and the evidence keeps)."""
-    sample_ms: float
 
 
 @dataclass(frozen=True)
@@ -127,8 +94,8 @@ class _WorkerState:
     spool: Spool
     sampler: TinkerSampler
     pending: dict[str, _Pending] = field(default_factory=dict)
-    sampling: dict[str, asyncio.Task] = field(default_factory=dict)
-    call_numbers: defaultdict[tuple[str, str], itertools.count] = field(
+    sampling: dict[str, asyncio.Task[object]] = field(default_factory=dict)
+    call_numbers: defaultdict[tuple[str, str], itertools.count[int]] = field(
         default_factory=lambda: defaultdict(itertools.count)
     )
 
@@ -220,7 +187,9 @@ async def complete(call_id: str, route: TinkerRoute, record: CallRecord) -> Fini
             call.effective_request_json,
         )
     )
-    state.sampling[call_id] = asyncio.current_task()  # type: ignore[assignment]
+    task = asyncio.current_task()
+    assert task is not None, "a call completes in a task of the worker's loop"
+    state.sampling[call_id] = task
     call_index = next(state.call_numbers[(record.attempt_id, record.agent_id)])
     params = call.params
     if record.sampling_seed is not None:
@@ -358,11 +327,21 @@ def freeze() -> None:
     gc.freeze()
 
 
-HANDLERS = {
-    "prepare": prepare,
-    "complete": complete,
-    "cancel": cancel,
-    "abandon": abandon,
-    "count": count,
-    "freeze": freeze,
-}
+async def handle(request: WorkerRequest) -> Prepared | Finished | int | ErrorResult | None:
+    """Answer one request from the server, by its type."""
+    match request:
+        case Prepare(call_id, body, scope):
+            return prepare(call_id, body, scope)
+        case Complete(call_id, route, record):
+            return await complete(call_id, route, record)
+        case Cancel(call_id):
+            cancel(call_id)
+        case Abandon(call_id):
+            abandon(call_id)
+        case Count(body):
+            return count(body)
+        case Freeze():
+            freeze()
+        case _:
+            assert_never(request)
+    return None

@@ -6,9 +6,10 @@ process only speaks HTTP. Each worker runs an event loop: it renders one call wh
 wait for the model, and answers each request as soon as it is done, in any order. A session
 is always sent to the same worker, so its next turn finds the worker's cached prefix.
 
-Requests and answers are length-prefixed pickles on a socket pair, read and written by the
-event loops on both sides, so handing over a call costs no thread switch. A worker never
-outlives the server, and a worker that dies fails its calls instead of hanging them.
+Requests (a type per call, `proxy.worker_messages`) and answers are length-prefixed pickles
+on a socket pair, read and written by the event loops on both sides, so handing over a call
+costs no thread switch. A worker never outlives the server, and a worker that dies fails its
+calls instead of hanging them.
 `processes=0` runs one worker on a thread of the server process, over the same socket.
 """
 
@@ -17,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import inspect
 import itertools
 import logging
 import multiprocessing
@@ -33,7 +33,21 @@ from typing import Any
 
 from proxy import worker_calls
 from proxy.worker_calls import WorkerConfig
+from proxy.worker_messages import (
+    Abandon,
+    CallRecord,
+    Cancel,
+    Complete,
+    Count,
+    ErrorResult,
+    Finished,
+    Freeze,
+    Prepare,
+    Prepared,
+    WorkerRequest,
+)
 from synth_pipelines.contracts.api_errors import ApiError
+from synth_pipelines.rendering.model_registry import TinkerRoute
 from synth_pipelines.rendering.prefix_cache import CacheScope
 
 log = logging.getLogger("synth.proxy.workers")
@@ -45,7 +59,9 @@ _LENGTH = struct.Struct("!Q")
 class _Crash:
     """An unexpected exception inside a worker: a bug, reported as a server error."""
 
-    description: str
+    exception: str
+    """The exception's class name and message, for the server's log."""
+    traceback: str
 
 
 def _frame(message: object) -> bytes:
@@ -80,30 +96,29 @@ def _own_tinker_loop() -> None:
     from tinker.lib import internal_client_holder
 
     internal_client_holder._internal_client_holder_thread_singleton = (
-        internal_client_holder.InternalClientHolderThreadSingleton()
+        internal_client_holder.InternalClientHolderThreadSingleton()  # type: ignore[no-untyped-call]
     )
 
 
 async def _answer_requests(sock: socket.socket) -> None:
     reader, writer = await asyncio.open_connection(sock=sock)
-    running: set[asyncio.Task] = set()
+    running: set[asyncio.Task[None]] = set()
 
-    async def answer(request_id: int, name: str, args: tuple) -> None:
+    async def answer(request_id: int, request: WorkerRequest) -> None:
+        result: object
         try:
-            result = worker_calls.HANDLERS[name](*args)
-            if inspect.isawaitable(result):
-                result = await result
+            result = await worker_calls.handle(request)
         except asyncio.CancelledError:
             return
-        except Exception:
-            log.exception("worker call %s failed", name)
-            result = _Crash(traceback.format_exc(limit=3))
+        except Exception as error:
+            log.exception("worker call %s failed", type(request).__name__)
+            result = _Crash(f"{type(error).__name__}: {error}", traceback.format_exc(limit=3))
         writer.write(_frame((request_id, result)))
 
     try:
         while True:
-            request_id, name, args = await _read_frame(reader)
-            task = asyncio.create_task(answer(request_id, name, args))
+            request_id, request = await _read_frame(reader)
+            task = asyncio.create_task(answer(request_id, request))
             running.add(task)
             task.add_done_callback(running.discard)
     except (asyncio.IncompleteReadError, ConnectionError):
@@ -129,8 +144,8 @@ class _Worker:
     index: int
     runner: multiprocessing.process.BaseProcess | threading.Thread
     writer: asyncio.StreamWriter | None = None
-    reading: asyncio.Task | None = None
-    waiting: dict[int, asyncio.Future] = field(default_factory=dict)
+    reading: asyncio.Task[None] | None = None
+    waiting: dict[int, asyncio.Future[object]] = field(default_factory=dict)
     alive: bool = True
 
     async def connect(self, sock: socket.socket) -> None:
@@ -145,12 +160,14 @@ class _Worker:
         except (asyncio.IncompleteReadError, ConnectionError):
             self._died()
 
-    def _resolve(self, request_id: int, result: Any) -> None:
+    def _resolve(self, request_id: int, result: object) -> None:
         future = self.waiting.pop(request_id, None)
         if future is None or future.done():
             return
         if isinstance(result, _Crash):
-            log.error("proxy worker %d failed:\n%s", self.index, result.description)
+            log.error(
+                "proxy worker %d failed: %s\n%s", self.index, result.exception, result.traceback
+            )
             future.set_exception(
                 ApiError("api_error", f"internal error in proxy worker {self.index}")
             )
@@ -220,7 +237,7 @@ class CallWorkers:
     def choose(self, scope: CacheScope | None) -> int:
         """The worker for a call: a session's first call goes to the least busy worker, and
         its later calls follow it there, to its cached prefix."""
-        if scope in self._sessions:
+        if scope is not None and scope in self._sessions:
             self._sessions.move_to_end(scope)
             return self._sessions[scope]
         worker = min(range(len(self._workers)), key=lambda i: len(self._workers[i].waiting))
@@ -230,25 +247,55 @@ class CallWorkers:
                 self._sessions.popitem(last=False)
         return worker
 
-    async def call(self, worker: int, function: str, *args: Any) -> Any:
+    async def prepare(
+        self, worker: int, call_id: str, body: bytes, scope: CacheScope | None
+    ) -> Prepared | ErrorResult:
+        """Validate and render a Messages request; the worker keeps its prompt for `complete`."""
+        answer = await self._ask(worker, Prepare(call_id, body, scope))
+        assert isinstance(answer, Prepared | ErrorResult), answer
+        return answer
+
+    async def complete(
+        self, worker: int, call_id: str, route: TinkerRoute, record: CallRecord
+    ) -> Finished | ErrorResult:
+        """Sample, parse and stage a call `prepare`d on the same worker."""
+        answer = await self._ask(worker, Complete(call_id, route, record))
+        assert isinstance(answer, Finished | ErrorResult), answer
+        return answer
+
+    def cancel(self, worker: int, call_id: str) -> None:
+        """Stop a call still sampling: its client is gone."""
+        self._tell(worker, Cancel(call_id))
+
+    def abandon(self, worker: int, call_id: str) -> None:
+        """Forget a prepared call that will not be completed."""
+        self._tell(worker, Abandon(call_id))
+
+    async def count(self, worker: int, body: bytes) -> int | ErrorResult:
+        """The input tokens of a count_tokens request."""
+        answer = await self._ask(worker, Count(body))
+        assert isinstance(answer, int | ErrorResult), answer
+        return answer
+
+    async def freeze(self) -> None:
+        await asyncio.gather(*(self._ask(i, Freeze()) for i in range(len(self._workers))))
+
+    async def _ask(self, worker: int, request: WorkerRequest) -> object:
         entry = self._workers[worker]
         request_id = next(self._ids)
         future = asyncio.get_running_loop().create_future()
         entry.waiting[request_id] = future
         try:
-            entry.send((request_id, function, args))
+            entry.send((request_id, request))
             return await future
         finally:
             entry.waiting.pop(request_id, None)
 
-    def tell(self, worker: int, function: str, *args: Any) -> None:
+    def _tell(self, worker: int, request: WorkerRequest) -> None:
         """Send a request whose answer nobody waits for (none if the worker is gone)."""
         entry = self._workers[worker]
         if entry.alive:
-            entry.send((next(self._ids), function, args))
-
-    async def freeze(self) -> None:
-        await asyncio.gather(*(self.call(i, "freeze") for i in range(len(self._workers))))
+            entry.send((next(self._ids), request))
 
     async def shutdown(self) -> None:
         """Stop the workers (the server has finished its calls by now): each sees its socket

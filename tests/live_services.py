@@ -15,7 +15,8 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from proxy.app import ProxyConfig, create_app
+from proxy.app import create_app
+from proxy.config import ProxyConfig
 from proxy.sandbox_listener import sandbox_socket
 from synth_pipelines.config import settings
 from synth_pipelines.credentials import load_signing_key, mint_token
@@ -134,7 +135,7 @@ def capture_proxy(
         model_service_url=model_url,
         model_service_key="tml-test",
         workers=workers,
-        report_to_dagster=False,
+        report_published=None,
         publish_interval_sec=0.2,
         backend_timeout_sec=backend_timeout_sec,
         registry=registry if registry is not None else ModelRegistry(),

@@ -11,7 +11,8 @@ from contextlib import contextmanager
 import httpx
 import pytest
 
-from proxy.app import ProxyConfig, create_app
+from proxy.app import create_app
+from proxy.config import ProxyConfig
 from synth_pipelines.config import settings
 from synth_pipelines.contracts.assessment import Assessment
 from synth_pipelines.contracts.interaction import Interaction
@@ -53,7 +54,7 @@ def front_proxy(upstream_url: str) -> Iterator[Proxy]:
         model_service_url="http://127.0.0.1:9",
         model_service_key="tml-test",
         workers=1,
-        report_to_dagster=False,
+        report_published=None,
         evidence_settle_sec=600,
         registry=ModelRegistry([*DEFAULT_MODELS, entry]),
     )

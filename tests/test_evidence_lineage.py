@@ -6,7 +6,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from proxy.capture import DagsterReporter
+from resources.captured_interactions_events import DagsterReporter
 from synth_pipelines.config import settings
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.evidence.publisher import EvidencePublisher

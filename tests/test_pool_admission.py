@@ -104,8 +104,7 @@ def control_database(request, state: Path, monkeypatch: pytest.MonkeyPatch) -> s
         url = request.getfixturevalue("postgres_server").create_database("pool")
         monkeypatch.setenv("SYNTH_DATABASE_URL", url)
         settings.cache_clear()
-    # The schema exists before the processes start: on SQLite, processes creating it at
-    # the same instant can collide (`create_tables` serializes only on PostgreSQL).
+    # The schema exists before the processes start, so what they race for is the pool.
     control_engine()
     return request.param
 

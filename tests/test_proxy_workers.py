@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.worker_calls import ErrorResult, WorkerConfig
+from proxy.worker_calls import WorkerConfig
+from proxy.worker_messages import ErrorResult
 from proxy.workers import CallWorkers
 from synth_pipelines.contracts.api_errors import ApiError
 from synth_pipelines.rendering.model_registry import ModelRegistry
@@ -42,7 +43,7 @@ def test_every_worker_answers_and_a_client_mistake_comes_back_as_an_error(
         await workers.start()
         try:
             return [
-                await workers.call(worker, "count", body)
+                await workers.count(worker, body)
                 for worker in range(max(1, processes))
                 for body in (BODY, b"{not json")
             ]
@@ -64,7 +65,7 @@ def test_a_worker_that_dies_fails_its_calls_instead_of_hanging(tmp_path: Path):
             (worker,) = multiprocessing.active_children()
             os.kill(worker.pid, signal.SIGKILL)
             with pytest.raises(ApiError, match="proxy worker 0") as caught:
-                await asyncio.wait_for(workers.call(0, "count", BODY), timeout=30)
+                await asyncio.wait_for(workers.count(0, BODY), timeout=30)
             assert caught.value.error_type == "api_error"
         finally:
             await workers.shutdown()

@@ -25,8 +25,19 @@ def serve(
     defer_torch_package()
     from proxy.server import DEFAULT_WORKERS
     from proxy.server import serve as run
+    from resources.captured_interactions_events import DagsterReporter
 
-    run(settings(), workers=DEFAULT_WORKERS if workers is None else workers)
+    # The proxy's published evidence is reported to Dagster for lineage; the proxy itself
+    # does not know Dagster.
+    reporter = DagsterReporter()
+    try:
+        run(
+            settings(),
+            workers=DEFAULT_WORKERS if workers is None else workers,
+            report_published=reporter,
+        )
+    finally:
+        reporter.close()
 
 
 @proxy_app.command("token")

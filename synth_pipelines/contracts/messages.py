@@ -138,6 +138,9 @@ class ToolReferenceBlockParam(_Strict):
 class UnsupportedBlock(_Refused):
     """Any content block type the proxy cannot render; validating one always fails."""
 
+    type: str
+    """Declared so that code over every block of a message may name its type."""
+
     @model_validator(mode="before")
     @classmethod
     def _refuse(cls, value: Any) -> Any:
@@ -158,7 +161,7 @@ class UnsupportedBlock(_Refused):
         )
 
 
-def _tag_or_unsupported(supported: frozenset[str]):
+def _tag_or_unsupported(supported: frozenset[str]) -> Discriminator:
     def discriminate(value: Any) -> str:
         kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
         return kind if kind in supported else "unsupported"
@@ -340,7 +343,7 @@ class OutputConfig(_Strict):
             )
 
 
-def _refuse_if_set(field: str, reason: str):
+def _refuse_if_set(field: str, reason: str) -> BeforeValidator:
     def refuse(value: Any) -> Any:
         if value is not None:
             raise PydanticCustomError(
@@ -588,8 +591,8 @@ def content_block_events(index: int, block: ContentBlock) -> list[StreamEvent]:
         events.append(ContentBlockStartEvent(index=index, content_block=TextBlock(text="")))
         events.append(ContentBlockDeltaEvent(index=index, delta=TextDelta(text=block.text)))
     elif isinstance(block, ThinkingBlock):
-        start = ThinkingBlock(thinking="", signature="")
-        events.append(ContentBlockStartEvent(index=index, content_block=start))
+        empty_thinking = ThinkingBlock(thinking="", signature="")
+        events.append(ContentBlockStartEvent(index=index, content_block=empty_thinking))
         if block.thinking:
             delta = ThinkingDelta(thinking=block.thinking)
             events.append(ContentBlockDeltaEvent(index=index, delta=delta))
@@ -597,8 +600,8 @@ def content_block_events(index: int, block: ContentBlock) -> list[StreamEvent]:
             ContentBlockDeltaEvent(index=index, delta=SignatureDelta(signature=block.signature))
         )
     else:
-        start = ToolUseBlock(id=block.id, name=block.name, input={})
-        events.append(ContentBlockStartEvent(index=index, content_block=start))
+        empty_tool_use = ToolUseBlock(id=block.id, name=block.name, input={})
+        events.append(ContentBlockStartEvent(index=index, content_block=empty_tool_use))
         arguments = json.dumps(block.input, ensure_ascii=False)
         events.append(
             ContentBlockDeltaEvent(index=index, delta=InputJSONDelta(partial_json=arguments))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Literal
+from typing import Any, Literal
 
 import rfc8785
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -158,7 +158,7 @@ class PinnedProfile(BaseModel):
     canonical: str
 
     @classmethod
-    def from_document(cls, document: dict) -> PinnedProfile:
+    def from_document(cls, document: dict[str, Any]) -> PinnedProfile:
         """Validate a profile document and pin the canonical form of the document itself
         (not a re-serialization of our model, so defaults added later never change it)."""
         profile = Profile.model_validate(document)

@@ -17,6 +17,7 @@ from sqlalchemy import Engine, select
 
 from synth_pipelines.contracts.learning import PolicyBinding, QualifiedAttempt
 from synth_pipelines.contracts.run_spec import RunSpec
+from synth_pipelines.contracts.table import TableRow
 from synth_pipelines.contracts.trial import TrialOutcome
 from synth_pipelines.control.checkpoints import Checkpoint, _checkpoint
 from synth_pipelines.control.policy_updates import PolicyUpdate, find_update
@@ -103,14 +104,16 @@ def policy_bindings(engine: Engine, store: ObjectStore, sampler: str) -> list[Po
             .distinct()
             .order_by(asset_outputs.c.partition)
         ).all()
-    bound = []
+    bound: list[PolicyBinding] = []
     for (partition,) in partitions:
         table = load_table(engine, store, "policy", partition)
         bound.extend(b for b in PolicyBinding.from_table(table) if b.sampler == sampler)
     return bound
 
 
-def _optional_rows(engine: Engine, store: ObjectStore, asset: str, batch: str, row_type):
+def _optional_rows[Row: TableRow](
+    engine: Engine, store: ObjectStore, asset: str, batch: str, row_type: type[Row]
+) -> list[Row]:
     try:
         return row_type.from_table(load_table(engine, store, asset, batch))
     except TableMissingError:

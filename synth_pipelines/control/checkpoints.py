@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
-from sqlalchemy import Engine, insert, select
+from sqlalchemy import Engine, Row, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from synth_pipelines.control.schema import checkpoints
@@ -24,11 +25,11 @@ class Checkpoint:
     optimizer_steps: int
     created_at: datetime
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "created_at": self.created_at.isoformat()}
 
 
-def _checkpoint(row) -> Checkpoint:
+def _checkpoint(row: Row[Any]) -> Checkpoint:
     created = row.created_at if row.created_at.tzinfo else row.created_at.replace(tzinfo=UTC)
     return Checkpoint(
         row.sampler_path,

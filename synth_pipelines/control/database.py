@@ -8,6 +8,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy.engine.interfaces import DBAPIConnection
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.pool import ConnectionPoolEntry
 
 from synth_pipelines.config import settings
 from synth_pipelines.control.schema import metadata
@@ -27,7 +30,7 @@ def hold_lock(conn: Connection, lock_id: int) -> None:
 def _configure_sqlite(engine: Engine) -> None:
     # Several processes (CLI, daemon, run workers, proxy) write the same file.
     @event.listens_for(engine, "connect")
-    def _pragmas(connection, _record) -> None:
+    def _pragmas(connection: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
         cursor = connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA busy_timeout=30000")
@@ -64,10 +67,18 @@ os.register_at_fork(after_in_child=_forget_inherited_connections)
 def create_tables(engine: Engine) -> None:
     """Create missing tables. Every service does this at start-up against the same
     database; on PostgreSQL two concurrent CREATE TABLEs of one name collide, so one
-    process at a time checks and creates."""
-    with engine.begin() as conn:
-        hold_lock(conn, SCHEMA_LOCK)
-        metadata.create_all(conn)
+    process at a time checks and creates. SQLite runs DDL outside the transaction, so two
+    processes can both find a table missing and the second one's CREATE fails: it looks
+    again, and finds the table the first one made."""
+    for attempt in range(len(metadata.tables)):
+        try:
+            with engine.begin() as conn:
+                hold_lock(conn, SCHEMA_LOCK)
+                metadata.create_all(conn)
+            return
+        except OperationalError as error:
+            if "already exists" not in str(error) or attempt == len(metadata.tables) - 1:
+                raise
 
 
 def control_engine() -> Engine:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, insert, select
+from sqlalchemy import Connection, Engine, Row, insert, select
 
 from synth_pipelines.control.database import EVENT_ORDER_LOCK, hold_lock
 from synth_pipelines.control.schema import run_events
@@ -44,7 +44,9 @@ def append_event(conn: Connection, run_id: str, kind: str, data: dict[str, Any])
             created_at=datetime.now(UTC),
         )
     )
-    return int(result.inserted_primary_key[0])
+    key = result.inserted_primary_key
+    assert key is not None, "a single-row insert has a primary key"
+    return int(key[0])
 
 
 def record_event(engine: Engine, run_id: str, kind: str, data: dict[str, Any]) -> int:
@@ -52,7 +54,7 @@ def record_event(engine: Engine, run_id: str, kind: str, data: dict[str, Any]) -
         return append_event(conn, run_id, kind, data)
 
 
-def _event(row) -> RunEvent:
+def _event(row: Row[Any]) -> RunEvent:
     created = row.created_at if row.created_at.tzinfo else row.created_at.replace(tzinfo=UTC)
     return RunEvent(row.seq, row.run_id, row.kind, json.loads(row.data_json), created)
 

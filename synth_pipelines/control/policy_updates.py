@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
-from sqlalchemy import Engine, insert, select, update
+from sqlalchemy import Engine, Row, insert, select, update
 
 from synth_pipelines.control.events import append_event
 from synth_pipelines.control.schema import policy_updates
@@ -31,15 +32,15 @@ class PolicyUpdate:
     status: str
     datums: int
     state_path: str | None
-    metrics: dict
+    metrics: dict[str, Any]
     marked_at: datetime
     resolution: str | None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "marked_at": self.marked_at.isoformat()}
 
 
-def _update(row) -> PolicyUpdate:
+def _update(row: Row[Any]) -> PolicyUpdate:
     marked = row.marked_at if row.marked_at.tzinfo else row.marked_at.replace(tzinfo=UTC)
     return PolicyUpdate(
         row.run_id,
@@ -131,7 +132,9 @@ def mark_unresolved(engine: Engine, run_id: str, batch: str, index: int, datums:
         append_event(conn, run_id, "update.unresolved", {"batch": batch, "datums": datums})
 
 
-def acknowledge(engine: Engine, run_id: str, batch: str, state_path: str, metrics: dict) -> None:
+def acknowledge(
+    engine: Engine, run_id: str, batch: str, state_path: str, metrics: dict[str, Any]
+) -> None:
     with engine.begin() as conn:
         changed = conn.execute(
             update(policy_updates)
@@ -161,7 +164,7 @@ def record_without_step(
     index: int,
     state_path: str,
     reason: str,
-    metrics: dict,
+    metrics: dict[str, Any],
 ) -> None:
     """A batch with no eligible learning contributions: no optimizer step is enqueued, and
     the run says so (`batch.no_signal`): for a recipe, that is a failure to report."""

@@ -5,8 +5,9 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
-from sqlalchemy import Engine, func, insert, select, update
+from sqlalchemy import Engine, Row, func, insert, select, update
 
 from synth_pipelines.control.events import append_event
 from synth_pipelines.control.schema import evidence_calls, regrades
@@ -23,11 +24,11 @@ class Regrade:
     evaluation_only: bool
     created_at: datetime
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "created_at": self.created_at.isoformat()}
 
 
-def _regrade(row) -> Regrade:
+def _regrade(row: Row[Any]) -> Regrade:
     created = row.created_at if row.created_at.tzinfo else row.created_at.replace(tzinfo=UTC)
     return Regrade(
         row.regrade_id,

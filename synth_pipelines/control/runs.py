@@ -10,9 +10,9 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import get_args
+from typing import Any, get_args
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, Row, select, update
 from sqlalchemy.exc import IntegrityError
 
 from synth_pipelines.contracts.plan import Plan
@@ -60,7 +60,7 @@ class RunRecord:
         return self.status in TERMINAL
 
 
-def _record(row) -> RunRecord:
+def _record(row: Row[Any]) -> RunRecord:
     def aware(value: datetime) -> datetime:
         return value if value.tzinfo else value.replace(tzinfo=UTC)
 
@@ -165,7 +165,7 @@ def resolve_run_id(engine: Engine, text: str, owner: str) -> str:
         if conn.execute(select(runs.c.run_id).where(runs.c.run_id == text)).first():
             return text
         # Only the owner's runs are candidates: a prefix must not reveal other owners' ids.
-        matches = list(
+        matches: list[str] = list(
             conn.execute(
                 select(runs.c.run_id)
                 .where(runs.c.owner == owner, runs.c.run_id.startswith(text, autoescape=True))
@@ -208,7 +208,7 @@ def transition(
     run_id: str,
     status: str,
     event: str,
-    data: dict | None = None,
+    data: dict[str, Any] | None = None,
     *,
     from_status: tuple[str, ...] = ("accepted", "running"),
 ) -> bool:

@@ -11,7 +11,7 @@ class EvidenceFlushError(RuntimeError):
     pass
 
 
-def flush_evidence(run_id: str, attempt_ids: list[str] | None = None) -> dict:
+def flush_evidence(run_id: str, attempt_ids: list[str] | None = None) -> dict[str, int]:
     """Publish every staged call now (only these attempts' calls, when given); returns the
     proxy's counts."""
     from synth_pipelines.credentials import load_signing_key, mint_token
@@ -38,4 +38,5 @@ def flush_evidence(run_id: str, attempt_ids: list[str] | None = None) -> dict:
         raise EvidenceFlushError(
             f"could not publish the capture proxy's staged evidence at {config.proxy_url}: {error}"
         ) from None
-    return response.json()
+    counts: dict[str, int] = response.json()
+    return counts

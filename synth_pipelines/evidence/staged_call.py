@@ -13,6 +13,7 @@ from __future__ import annotations
 import struct
 import zlib
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -100,10 +101,11 @@ def _parts(path: Path, *, verify: bool = True) -> tuple[pa.Buffer, pa.Buffer]:
     return prompt, completion
 
 
-def completion_columns(path: Path, columns: list[str]) -> dict[str, object]:
+def completion_columns(path: Path, columns: list[str]) -> dict[str, Any]:
     """Some of a complete call's completion columns, without reading its prompt part."""
     _, completion = _parts(path, verify=False)
-    return pa.ipc.open_stream(completion).read_all().select(columns).to_pylist()[0]
+    row: dict[str, Any] = pa.ipc.open_stream(completion).read_all().select(columns).to_pylist()[0]
+    return row
 
 
 def is_whole(path: Path) -> bool:

@@ -151,7 +151,9 @@ def _content(blocks: list[dict[str, Any]] | str) -> list[tuple[str, str]]:
     return parts
 
 
-def _parsed(adapter: ModelAdapter, prompt: RenderedPrompt, completion: list[int]):
+def _parsed(
+    adapter: ModelAdapter, prompt: RenderedPrompt, completion: list[int]
+) -> list[tuple[str, str]]:
     parsed = adapter.parse(prompt, completion, "stop")
     return [
         ("text", block.text.strip())

@@ -108,8 +108,13 @@ def qualify_group(
         mine = actor_calls(calls.get(outcome.attempt_id, []), outcome.trial_id)
         exclusion = attempt_exclusion(assessment, mine, problems.get(outcome.attempt_id), sampler)
         standing.append((outcome, assessment, mine, exclusion))
-    qualified = [(o, a) for o, a, _, excluded in standing if excluded is None]
-    rewards = [a.reward for _, a in qualified]
+    # `attempt_exclusion` passes only attempts with a reward; repeated for the type checker.
+    qualified = [
+        (o, a.reward)
+        for o, a, _, excluded in standing
+        if excluded is None and a is not None and a.reward is not None
+    ]
+    rewards = [reward for _, reward in qualified]
     why_not = group_exclusion(rewards, eligibility)
     advantages: dict[str, float] = {}
     if why_not is None:

@@ -9,12 +9,13 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from synth_pipelines.contracts.dataset import DatasetVersion
 from synth_pipelines.learning.demonstrations import (
     Demonstration,
     read_demonstration,
     teacher_script,
 )
-from synth_pipelines.registry.datasets import DatasetVersion, read_page
+from synth_pipelines.registry.datasets import read_page
 from synth_pipelines.registry.task_packages import materialize_task
 from synth_pipelines.rendering.adapters.base import ModelAdapter
 from synth_pipelines.storage.objectstore import ObjectStore

@@ -79,7 +79,9 @@ class Trainer:
     binding: PolicyBinding
     plan: TrainPlan
     client: tinker.TrainingClient | None = None
-    submitted: list[tuple[list[DatumRow], asyncio.Future]] = field(default_factory=list)
+    submitted: list[tuple[list[DatumRow], asyncio.Future[tinker.ForwardBackwardOutput]]] = field(
+        default_factory=list
+    )
     forward_seconds: float = 0.0
     saved_state: str | None = None
     """The trainer state this client saved last: its weights are those of that state."""
@@ -104,7 +106,7 @@ class Trainer:
                 future = await asyncio.to_thread(
                     self.service.create_training_client_from_state, binding.trainer_state
                 )
-            client = await future
+            client = await future.result_async()
             # A continued adapter keeps the rank it was made with, whatever the plan says; a
             # plan naming another rank would record a recipe that did not run.
             rank = client.get_info().lora_rank
@@ -133,8 +135,8 @@ class Trainer:
             [training_datum(row) for row in rows], self.plan.loss, self.loss_config()
         )
 
-        async def result():
-            output = await future
+        async def result() -> tinker.ForwardBackwardOutput:
+            output = await future.result_async()
             self.forward_seconds += time.monotonic() - started
             return output
 
@@ -167,14 +169,14 @@ class Trainer:
 
     async def optim_step(self) -> dict[str, float]:
         client = await self.training_client()
-        response = await client.optim_step(adam(self.plan.learning_rate))
+        response = await client.optim_step(adam(self.plan.learning_rate)).result_async()
         return dict(response.metrics or {})
 
     async def save_state(self, name: str) -> str:
         client = await self.training_client()
-        self.saved_state = (await client.save_state(name)).path
+        self.saved_state = (await client.save_state(name).result_async()).path
         return self.saved_state
 
     async def save_sampler(self, name: str) -> str:
         client = await self.training_client()
-        return (await client.save_weights_for_sampler(name)).path
+        return (await client.save_weights_for_sampler(name).result_async()).path

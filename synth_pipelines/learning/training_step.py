@@ -15,6 +15,7 @@ import math
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from sqlalchemy import Engine
 from tinker_cookbook.rl.metric_util import compute_trajectory_metrics
@@ -42,7 +43,7 @@ def _reason(standing: QualifiedAttempt) -> str:
     return why.split(":")[0] or "excluded"
 
 
-def signal_metrics(groups: list[GroupLearning]) -> dict:
+def signal_metrics(groups: list[GroupLearning]) -> dict[str, Any]:
     """What the batch's sampling gave learning: rewards, group shares, tokens, drops, and
     how its attempts packed into datums."""
     standings = [s for group in groups for s in group.standings]
@@ -128,7 +129,7 @@ class TrainingStep:
     def audit(self) -> EvidenceAudit:
         return sum((group.audit for group in self.groups), EvidenceAudit())
 
-    async def update(self, sampling_sec: float) -> dict:
+    async def update(self, sampling_sec: float) -> dict[str, Any]:
         """The one optimizer step of the batch (or the reason there is none); returns the
         batch's learning numbers, as `synth run show` and the Dagster UI show them."""
         signal = signal_metrics(self._ordered())
@@ -143,7 +144,7 @@ class TrainingStep:
         )
         return {**update, "step_sec": time.monotonic() - started}
 
-    async def checkpoint(self, metrics: dict) -> Checkpoint:
+    async def checkpoint(self, metrics: dict[str, Any]) -> Checkpoint:
         """The sampler weights and trainer state that bind the next batch."""
         return await commit_checkpoint(
             self.engine, self.spec, self.index, self.trainer, self.binding, metrics

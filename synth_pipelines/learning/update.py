@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import Engine
 
@@ -37,7 +38,7 @@ from synth_pipelines.control.run_lifecycle import complete_batch
 from synth_pipelines.learning.trainer import Trainer
 
 
-def no_signal_reason(signal: dict) -> str:
+def no_signal_reason(signal: dict[str, Any]) -> str:
     dropped = ", ".join(f"{count} {why}" for why, count in signal["groups_dropped"].items())
     return (
         f"no usable learning signal: 0 of {signal['groups']} groups qualified"
@@ -52,8 +53,8 @@ async def apply_update(
     index: int,
     trainer: Trainer,
     rows: list[DatumRow],
-    signal: dict,
-) -> dict:
+    signal: dict[str, Any],
+) -> dict[str, Any]:
     """Apply the batch's one optimizer step over `rows` (submitted group by group, or now);
     returns the update's metrics, `signal` included."""
     batch = batch_key(spec.run_id, index)
@@ -119,7 +120,7 @@ def _record(
     binding: PolicyBinding,
     sampler_path: str,
     state_path: str,
-    metrics: dict,
+    metrics: dict[str, Any],
 ) -> Checkpoint:
     stepped = 1 if metrics.get("optimizer_step", True) is not False else 0
     checkpoint = record_checkpoint(
@@ -157,7 +158,7 @@ async def commit_checkpoint(
     index: int,
     trainer: Trainer,
     binding: PolicyBinding,
-    metrics: dict,
+    metrics: dict[str, Any],
 ) -> Checkpoint:
     existing = await asyncio.to_thread(batch_checkpoint, engine, spec.run_id, index)
     if existing is not None:

@@ -102,7 +102,7 @@ def step_choices(examples: int, plan: WarmStartPlan) -> Iterator[list[int]]:
     rng = random.Random(plan.seed)
     order: list[int] = []
     for _ in range(plan.steps):
-        chosen = []
+        chosen: list[int] = []
         while len(chosen) < min(plan.demonstrations_per_step, examples):
             if not order:
                 order = rng.sample(range(examples), examples)

@@ -55,7 +55,7 @@ class CacheStats:
 @dataclass(frozen=True)
 class _Entry:
     runs: tuple[Run, ...]
-    ids: tuple[array, ...]
+    ids: tuple[array[int], ...]
     size: int
 
 
@@ -99,12 +99,13 @@ class PrefixCache:
         with self._lock:
             cached = self._entries.get(scope)
         tokens: list[int] = []
-        ids: list[array] = []
+        ids: list[array[int]] = []
         reused = 0
-        matching = cached is not None
+        prefix_runs, prefix_ids = (cached.runs, cached.ids) if cached is not None else ((), ())
+        matching = True
         for position, run in enumerate(runs):
-            if matching and position < len(cached.runs) and cached.runs[position] == run:
-                run_ids = cached.ids[position]
+            if matching and position < len(prefix_runs) and prefix_runs[position] == run:
+                run_ids = prefix_ids[position]
                 reused += len(run_ids)
             else:
                 matching = False
@@ -120,7 +121,7 @@ class PrefixCache:
         run: Run,
         encode: Callable[[str], list[int]],
         split: Callable[[str], list[str]] | None,
-    ) -> array:
+    ) -> array[int]:
         if isinstance(run, int):
             return array("I", [run])
         if split is None:

@@ -37,7 +37,7 @@ def line_starts(text: str) -> list[str]:
 class SegmentCache:
     def __init__(self, max_tokens: int = 4_000_000) -> None:
         self.max_tokens = max_tokens
-        self._ids: OrderedDict[tuple[str, str, str], array] = OrderedDict()
+        self._ids: OrderedDict[tuple[str, str, str], array[int]] = OrderedDict()
         self._size = 0
         self._lock = threading.Lock()
         self.reused_tokens = 0
@@ -53,7 +53,7 @@ class SegmentCache:
         text: str,
         encode: Callable[[str], list[int]],
         split: Callable[[str], list[str]],
-    ) -> array:
+    ) -> array[int]:
         """The ids of `text`: its known segments from the cache, the others tokenized."""
         if len(text) < SEGMENTED_RUN_CHARS:
             return array("I", encode(text))
@@ -71,7 +71,7 @@ class SegmentCache:
             ids.extend(known)
         return ids
 
-    def _remember(self, key: tuple[str, str, str], ids: array) -> None:
+    def _remember(self, key: tuple[str, str, str], ids: array[int]) -> None:
         if len(ids) > self.max_tokens:
             return
         with self._lock:

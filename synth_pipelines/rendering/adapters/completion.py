@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tml_renderers import chat, parse_errors
-from tml_renderers.renderer import Parser
+from tml_renderers.renderer import Parser, Renderer
 from tml_renderers.tokenizers import Tokenizer
 
 from synth_pipelines.contracts.messages import (
@@ -40,6 +40,20 @@ class NativeSyntax:
     text_before_tool_calls: str
     """What the native template writes between text and the first tool call; it is not part
     of the text the model meant, so it is removed from a text block that precedes a call."""
+
+
+def stop_token_ids(renderer: Renderer) -> tuple[int, ...]:
+    """The token ids a family's turn ends on. tml-renderers types `stop()` for every kind of
+    model (ids, strings or none); the chat families served here all stop on ids."""
+    stop = renderer.stop()
+    if isinstance(stop, list):
+        ids = tuple(token for token in stop if isinstance(token, int))
+        if ids and len(ids) == len(stop):
+            return ids
+    raise ValueError(
+        f"{type(renderer).__name__} stops on {stop!r}, not on token ids; completions in its "
+        "format cannot be cut at their end"
+    )
 
 
 def new_tool_use_id() -> str:

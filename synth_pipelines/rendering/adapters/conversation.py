@@ -149,9 +149,10 @@ class _TurnBuilder:
             )
         parts = []
         for position, item in enumerate(block.content):
+            # No UnsupportedBlock gets here: validating one always fails.
             if isinstance(item, ToolReferenceBlockParam):
                 parts.append(self._expand_reference(f"{where}.content.{position}", item))
-            else:
+            elif isinstance(item, TextBlockParam):
                 parts.append(item.text)
         return ToolResultTurn(block.tool_use_id, tool_name, "\n".join(parts))
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tml_renderers import renderers
 
-from synth_pipelines.rendering.adapters.completion import NativeSyntax
+from synth_pipelines.rendering.adapters.completion import NativeSyntax, stop_token_ids
 from synth_pipelines.rendering.adapters.tml_native import NativeFormat, TmlNativeAdapter
 
 
@@ -18,7 +18,7 @@ class GlmAdapter(TmlNativeAdapter):
         native = NativeFormat(
             family="glm",
             syntax=NativeSyntax(
-                stop_token_ids=tuple(renderer.stop()),
+                stop_token_ids=stop_token_ids(renderer),
                 think_open="<think>",
                 think_close="</think>",
                 tool_call_open="<tool_call>",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tml_renderers import renderers
 
-from synth_pipelines.rendering.adapters.completion import NativeSyntax
+from synth_pipelines.rendering.adapters.completion import NativeSyntax, stop_token_ids
 from synth_pipelines.rendering.adapters.conversation import ToolCall
 from synth_pipelines.rendering.adapters.tml_native import NativeFormat, TmlNativeAdapter
 
@@ -24,7 +24,7 @@ class KimiAdapter(TmlNativeAdapter):
         native = NativeFormat(
             family="kimi",
             syntax=NativeSyntax(
-                stop_token_ids=tuple(renderer.stop()),
+                stop_token_ids=stop_token_ids(renderer),
                 think_open="<think>",
                 think_close="</think>",
                 tool_call_open="<|tool_calls_section_begin|>",

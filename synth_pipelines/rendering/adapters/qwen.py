@@ -25,7 +25,11 @@ from synth_pipelines.rendering.adapters.base import (
     RenderedPrompt,
     SamplerStopReason,
 )
-from synth_pipelines.rendering.adapters.completion import NativeSyntax, parse_completion
+from synth_pipelines.rendering.adapters.completion import (
+    NativeSyntax,
+    parse_completion,
+    stop_token_ids,
+)
 from synth_pipelines.rendering.adapters.conversation import (
     AssistantTurn,
     Conversation,
@@ -66,7 +70,7 @@ class QwenAdapter:
         self._tool_call_end = special("</tool_call>")
         self._tool_response = special("<tool_response>")
         self._tool_response_end = special("</tool_response>")
-        stop_ids = tuple(renderer.stop())
+        stop_ids = stop_token_ids(renderer)
         self._stop_ids = stop_ids
         self._stop_strings = tuple(self._tokenizer.decode([token]) for token in stop_ids)
         self._syntax = NativeSyntax(

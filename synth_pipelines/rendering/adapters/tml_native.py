@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from tml_renderers import chat
 from tml_renderers.renderer import Renderer
+from tml_renderers.tokenizers import Tokenizer
 
 from synth_pipelines.contracts.api_errors import invalid_request
 from synth_pipelines.contracts.messages import CountTokensRequest, ToolParam
@@ -48,10 +50,27 @@ class NativeFormat:
     native_tool_id: NativeToolId = lambda _position, call: call.id
 
 
+class NativeRenderer(Renderer, Protocol):
+    """A tml-renderers renderer as its concrete classes declare it: their tokenizers are
+    `tokenizers.Tokenizer`, which decodes bytes (the package's `Renderer` protocol promises
+    only text), as parsing a completion needs."""
+
+    @property
+    def tokenizer(self) -> Tokenizer: ...
+
+
+def _encoded_text(span: chat.TokenSpan) -> chat.EncodedTextTokenSpan:
+    # A conversation is text only, so it renders to encoded text alone.
+    assert isinstance(span.span, chat.EncodedTextTokenSpan), f"a text prompt rendered {span!r}"
+    return span.span
+
+
 class TmlNativeAdapter:
     """A family adapter over tml-renderers renderers, one per thinking mode."""
 
-    def __init__(self, native: NativeFormat, renderer: Renderer, thinking_renderer: Renderer):
+    def __init__(
+        self, native: NativeFormat, renderer: NativeRenderer, thinking_renderer: NativeRenderer
+    ):
         self.family: Family = native.family
         self._native = native
         self._renderer = renderer
@@ -75,7 +94,9 @@ class TmlNativeAdapter:
             raise invalid_request(
                 f"the conversation cannot be rendered in the {self.family} chat format: {exc}"
             ) from None
-        tokens = self.adjust_tokens([token for span in spans for token in span.span.tokens])
+        tokens = self.adjust_tokens(
+            [token for span in spans for token in _encoded_text(span).tokens]
+        )
         tail = self._tokenizer.decode(tokens[-8:])
         return RenderedPrompt(
             tokens=tokens,

@@ -1,0 +1,1 @@
+"""The proxy's HTTP surfaces, a router each."""

@@ -1,0 +1,162 @@
+"""POST /v1/messages and /v1/messages/count_tokens: Anthropic Messages, served in each
+model's native format.
+
+A worker renders (and counts) every call; a tinker-served model's call is then sampled and
+staged by the same worker (`proxy.tinker_call`), an inference-only route's is answered from
+this process (`proxy.inference_routes`).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from proxy.auth import Authenticated
+from proxy.openapi import error_responses, json_request_body
+from proxy.request_body import json_body
+from proxy.state import ProxyState, State
+from proxy.tinker_call import TinkerCall
+from proxy.worker_messages import CallRecord, ErrorResult, Prepared
+from synth_pipelines.contracts.api_errors import ApiError
+from synth_pipelines.contracts.messages import (
+    CountTokensRequest,
+    CountTokensResponse,
+    Message,
+    MessagesRequest,
+)
+from synth_pipelines.contracts.scoped_token import TokenClaims
+from synth_pipelines.rendering.model_registry import ModelEntry, TinkerRoute
+from synth_pipelines.rendering.prefix_cache import CacheScope
+
+router = APIRouter()
+
+_MESSAGE_RESPONSES = {
+    200: {
+        "model": Message,
+        "description": "The message; with `stream: true`, Anthropic's server-sent events",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    },
+    **error_responses(400, 401, 403, 404, 413, 429, 500, 529),
+}
+
+
+@router.post(
+    "/v1/messages/count_tokens",
+    response_model=CountTokensResponse,
+    responses=error_responses(400, 401, 404, 413, 429),
+    openapi_extra=json_request_body(CountTokensRequest),
+)
+async def count_tokens(request: Request, who: Authenticated, state: State) -> JSONResponse:
+    allowance = await state.limits.allowance(who.claims)
+    async with allowance.counting():
+        allowance.check()
+        body = await json_body(request, allowance.body_bytes, allowance.body_too_large)
+        async with state.counting:
+            result = await state.workers.count(state.workers.choose(None), body)
+        if not isinstance(result, ErrorResult):
+            allowance.charge(result)
+    if isinstance(result, ErrorResult):
+        state.metrics.requests.labels("count_tokens", result.error_type).inc()
+        raise result.exception()
+    state.metrics.requests.labels("count_tokens", "ok").inc()
+    return JSONResponse(CountTokensResponse(input_tokens=result).model_dump())
+
+
+@router.post(
+    "/v1/messages",
+    response_model=Message,
+    responses=_MESSAGE_RESPONSES,
+    openapi_extra=json_request_body(MessagesRequest),
+)
+async def messages(request: Request, who: Authenticated, state: State) -> Response:
+    received = time.monotonic()
+    claims = who.claims
+    allowance = await state.limits.allowance(claims)
+    agent_id, parent_agent_id, agent_type, session = _identity(request)
+    scope = CacheScope(
+        claims.owner, claims.token_id, claims.model, session or claims.attempt_id, agent_id
+    )
+    worker = state.workers.choose(scope)
+    call_id = uuid.uuid4().hex
+    async with allowance.preparing():
+        allowance.check()
+        body = await json_body(request, allowance.body_bytes, allowance.body_too_large)
+        prepared = await state.workers.prepare(worker, call_id, body, scope)
+        if not isinstance(prepared, ErrorResult):
+            allowance.charge(prepared.prompt_tokens - prepared.reused_prefix_tokens)
+    if isinstance(prepared, ErrorResult):
+        state.metrics.requests.labels("messages", prepared.error_type).inc()
+        raise prepared.exception()
+    try:
+        who.check_model(prepared.model)
+        entry = state.registry.get(prepared.model)
+        who.check_checkpoint_owner(state.registry, prepared.model)
+    except ApiError:
+        state.workers.abandon(worker, call_id)
+        raise
+    record = CallRecord(
+        token_id=claims.token_id,
+        run_id=claims.run_id,
+        batch=claims.batch,
+        attempt_id=claims.attempt_id,
+        trial_id=claims.trial_id,
+        owner=claims.owner,
+        role=claims.role,
+        agent_id=agent_id,
+        parent_agent_id=parent_agent_id,
+        agent_type=agent_type,
+        native_session_id=session,
+        sampling_seed=claims.sampling_seed,
+        sampling_temperature=claims.sampling_temperature,
+        received=received,
+    )
+    if not isinstance(entry.backend, TinkerRoute):
+        # The worker rendered the prompt only to count it; the route answers text.
+        state.workers.abandon(worker, call_id)
+        return await _inference_response(state, call_id, entry, body, prepared, record, claims)
+    call = TinkerCall(state, worker, call_id, prepared, entry.backend, record, claims)
+    if prepared.stream:
+        return StreamingResponse(
+            call.stream(), media_type="text/event-stream", headers={"cache-control": "no-cache"}
+        )
+    message = await call.complete()
+    return JSONResponse(message.model_dump(exclude_none=True))
+
+
+def _identity(request: Request) -> tuple[str, str | None, str | None, str | None]:
+    """(agent id, parent agent id, agent type, native session) from the harness's headers."""
+    headers = request.headers
+    return (
+        headers.get("x-claude-code-agent-id") or "main",
+        headers.get("x-claude-code-parent-agent-id"),
+        headers.get("x-claude-code-agent-type"),
+        headers.get("x-claude-code-session-id"),
+    )
+
+
+async def _inference_response(
+    state: ProxyState,
+    call_id: str,
+    entry: ModelEntry,
+    body: bytes,
+    prepared: Prepared,
+    record: CallRecord,
+    claims: TokenClaims,
+) -> Response:
+    async def on_error(error: ApiError) -> None:
+        state.metrics.requests.labels("messages", error.error_type).inc()
+        await state.record_fault(claims, error)
+
+    if prepared.stream:
+        events = state.inference.stream(
+            call_id, entry, body, record, prepared.prompt_tokens, on_error
+        )
+        return StreamingResponse(
+            events, media_type="text/event-stream", headers={"cache-control": "no-cache"}
+        )
+    message = await state.inference.complete(call_id, entry, body, record)
+    state.metrics.requests.labels("messages", "ok").inc()
+    return JSONResponse(message.model_dump(exclude_none=True))
