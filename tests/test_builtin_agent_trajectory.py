@@ -49,7 +49,10 @@ def test_builtin_agent_writes_a_harbor_trajectory_with_tool_outputs(state, tmp_p
     # Restored as a trial inside a job folder: the layout `harbor view` scans.
     trial_dir = restored_trial(outcome, tmp_path / "jobs" / "evaluation")
     agent_dir = trial_dir / "agent"
-    trajectory = Trajectory.model_validate_json((agent_dir / "trajectory.json").read_text())
+    written = json.loads((agent_dir / "trajectory.json").read_text())
+    trajectory = Trajectory.model_validate(written)
+    # Exactly what Harbor's own models write for it: no field missing, none extra.
+    assert trajectory.to_json_dict() == written
     assert [step.source for step in trajectory.steps] == [
         "system",
         "user",

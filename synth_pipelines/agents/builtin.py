@@ -12,9 +12,7 @@ Usage: agent.py --model M [--max-steps N] [--max-tokens T] [--system TEXT] [--an
 --answer-file writes the text of the last reply to F when the loop ends, for tasks that
 grade an answer rather than files. --trajectory writes the run as Harbor's trajectory
 (ATIF, what `harbor view` shows) to F; by default to `trajectory.json` beside the agent's
-log, when its stdout is a file (the launcher redirects it into the log directory). Only
-that last step imports a library (Harbor's trajectory models, from the interpreter's own
-environment), once the loop is over.
+log, when its stdout is a file (the launcher redirects it into the log directory).
 The instruction arrives on stdin (or as the last argument). ANTHROPIC_BASE_URL and
 ANTHROPIC_AUTH_TOKEN (or ANTHROPIC_API_KEY) route it through the capture proxy with the
 attempt's scoped token, as they route the `anthropic` SDK.
@@ -117,24 +115,24 @@ def beside_log() -> str | None:
     )
 
 
-def write_trajectory(path: str, options: argparse.Namespace, steps: list[dict]) -> None:
-    """The loop's record as an ATIF trajectory, validated by Harbor's own models."""
-    from harbor.models.trajectories import (
-        Agent,
-        FinalMetrics,
-        Metrics,
-        Observation,
-        ObservationResult,
-        Step,
-        ToolCall,
-        Trajectory,
-    )
+ATIF_VERSION = "ATIF-v1.8"
+"""The trajectory format Harbor 0.26 writes and `harbor view` reads."""
 
-    built = [Step(step_id=1, source="system", message=options.system)]
+
+def present(**fields) -> dict:
+    """The fields that have a value: Harbor's trajectory leaves the others out."""
+    return {name: value for name, value in fields.items() if value is not None}
+
+
+def write_trajectory(path: str, options: argparse.Namespace, steps: list[dict]) -> None:
+    """The loop's record as an ATIF trajectory, in the shape Harbor's own models write
+    (tests validate it with them); built with the standard library, as importing Harbor's
+    models in every sandbox would cost each attempt a sixth of a CPU second."""
+    built = [present(step_id=1, source="system", message=options.system)]
     for step in steps:
         if step["source"] == "user":
             built.append(
-                Step(
+                present(
                     step_id=len(built) + 1,
                     timestamp=step["at"],
                     source="user",
@@ -143,51 +141,56 @@ def write_trajectory(path: str, options: argparse.Namespace, steps: list[dict]) 
             )
             continue
         calls = step["tool_calls"]
+        usage = step["usage"]
         built.append(
-            Step(
+            present(
                 step_id=len(built) + 1,
                 timestamp=step["at"],
                 source="agent",
                 model_name=options.model,
                 message=step["text"],
                 tool_calls=[
-                    ToolCall(tool_call_id=c["id"], function_name=c["name"], arguments=c["input"])
+                    {"tool_call_id": c["id"], "function_name": c["name"], "arguments": c["input"]}
                     for c in calls
                 ]
                 or None,
-                observation=Observation(
-                    results=[
-                        ObservationResult(
-                            source_call_id=c["id"],
-                            content=c["output"],
-                            extra={"is_error": c["failed"]},
-                        )
+                observation={
+                    "results": [
+                        {
+                            "source_call_id": c["id"],
+                            "content": c["output"],
+                            "extra": {"is_error": c["failed"]},
+                        }
                         for c in calls
                     ]
-                )
+                }
                 if calls
                 else None,
-                metrics=Metrics(
-                    prompt_tokens=step["usage"].get("input_tokens"),
-                    completion_tokens=step["usage"].get("output_tokens"),
+                metrics=present(
+                    prompt_tokens=usage.get("input_tokens"),
+                    completion_tokens=usage.get("output_tokens"),
                 ),
                 extra={"stop_reason": step["stop_reason"]},
             )
         )
     replies = [step for step in steps if step["source"] == "agent"]
-    trajectory = Trajectory(
-        agent=Agent(
-            name="synth-builtin", version="1", model_name=options.model, tool_definitions=TOOLS
-        ),
-        steps=built,
-        final_metrics=FinalMetrics(
-            total_prompt_tokens=sum(s["usage"].get("input_tokens") or 0 for s in replies),
-            total_completion_tokens=sum(s["usage"].get("output_tokens") or 0 for s in replies),
-            total_steps=len(built),
-        ),
-    )
+    trajectory = {
+        "schema_version": ATIF_VERSION,
+        "agent": {
+            "name": "synth-builtin",
+            "version": "1",
+            "model_name": options.model,
+            "tool_definitions": TOOLS,
+        },
+        "steps": built,
+        "final_metrics": {
+            "total_prompt_tokens": sum(s["usage"].get("input_tokens") or 0 for s in replies),
+            "total_completion_tokens": sum(s["usage"].get("output_tokens") or 0 for s in replies),
+            "total_steps": len(built),
+        },
+    }
     with open(path, "w") as handle:
-        json.dump(trajectory.to_json_dict(), handle, indent=2)
+        json.dump(trajectory, handle, indent=2)
 
 
 def run_bash(command: str) -> tuple[str, bool]:
