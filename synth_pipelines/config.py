@@ -94,9 +94,14 @@ class Settings(BaseSettings):
         description="Attempts the pool runs at once (default: 4 per CPU of this host).",
     )
     pool_cpus: float = Field(
-        default_factory=lambda: float(_host_cpus()),
+        # A task's CPUs are a limit its sandbox is throttled at, not a reservation, and an
+        # agent mostly waits on its model: the pool overcommits CPU as it does attempts.
+        # (At the host's own count, a 2-core host ran at most two 1-CPU attempts at once
+        # whatever the plan allowed.) Memory, which cannot be taken back, is not overcommitted.
+        default_factory=lambda: float(4 * _host_cpus()),
         gt=0,
-        description="CPUs the pool's attempts may hold together (default: this host's).",
+        description="CPU limits the pool's attempts may hold together (default: 4 per CPU "
+        "of this host).",
     )
     pool_memory_mb: int = Field(
         default_factory=lambda: os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") >> 20,
