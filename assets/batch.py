@@ -54,6 +54,11 @@ from synth_pipelines.runtime.trial_batch import run_batch_trials
 
 LEARNING = ("qualified_groups", "datums", "policy_update", "checkpoints")
 """A training batch's learning assets, in the order the step produces them."""
+PROGRESS_LOG_SEC = 10.0
+"""A completed attempt is logged only if the batch's last line is this old (or it is the
+batch's last): each line is a write to Dagster's event log, which for every attempt cost
+the run worker more CPU than the attempt's own event. An attempt that did not complete is
+always logged; every attempt has its `attempt.finished` event."""
 
 
 class BatchConfig(dg.Config):
@@ -313,11 +318,19 @@ async def _sample(context, engine, store, spec: RunSpec, index: int, binding, st
         f"sampling through {binding.sampler}"
     )
     done = 0
+    logged_at = time.monotonic()
 
     def progress(outcome: TrialOutcome) -> None:
-        nonlocal done
+        nonlocal done, logged_at
         done += 1
         state = f"{outcome.error_class} error" if outcome.error_class else outcome.status
+        if (
+            state == "completed"
+            and done < plan.attempt_count
+            and time.monotonic() - logged_at < PROGRESS_LOG_SEC
+        ):
+            return
+        logged_at = time.monotonic()
         context.log.info(
             f"[{done}/{plan.attempt_count}] {outcome.attempt_id} {outcome.task_name}: {state} "
             f"rewards={outcome.rewards_json}"

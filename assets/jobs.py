@@ -2,7 +2,8 @@
 
 A batch job runs the policy binding, then the batch step (`assets/batch.py`) with the
 kind's assets selected, in one process: a process per step would pay the code location's
-start-up again for nothing."""
+start-up again for nothing (several CPU seconds: it imports torch). Every job here runs
+in one process, the run's spec too, which the run's first batch waits for."""
 
 import dagster as dg
 
@@ -28,7 +29,12 @@ BATCH_ASSETS = {
     }.items()
 }
 
-pin_run_spec = dg.define_asset_job("pin_run_spec", selection=[run_spec], partitions_def=runs)
+pin_run_spec = dg.define_asset_job(
+    "pin_run_spec",
+    selection=[run_spec],
+    partitions_def=runs,
+    executor_def=dg.in_process_executor,
+)
 BATCH_JOBS = {
     kind: dg.define_asset_job(
         name,

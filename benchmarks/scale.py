@@ -6,7 +6,10 @@ the same concurrency, no platform), then starts the embedded platform on free po
 service scripted, capture proxy, Dagster daemon and webserver, as `synth up` does),
 publishes the tasks as a dataset and accepts an `eval` run of the built-in agent profile,
 whose one model call per attempt goes through the proxy. The daemon's batch gate launches
-every batch; each batch reads its page of the dataset. While it runs it samples:
+every batch; each batch reads its page of the dataset. It reports attempts/hour and
+attempts/CPU-hour against the floor, and CPU milliseconds per attempt by platform service
+(each with the processes it started and reaped: the code server's include its run workers,
+their sandboxes and agents). While it runs it samples:
 
 - peak RSS (`/proc/<pid>/status` VmHWM) of every platform process by role, in the windows
   up to 10%, 30% and 100% of the attempts (1k, 3k and 10k by default);
@@ -180,6 +183,7 @@ class Progress:
     graphql_ms: list[float] = field(default_factory=list)
     elapsed_sec: float = 0.0
     cpu_sec: float = 0.0
+    cpu_sec_by_service: dict[str, float] = field(default_factory=dict)
     finished: int = 0
 
 
@@ -199,6 +203,7 @@ def watch(platform: Platform, run: RunRecord, marks: list[int]) -> Progress:
     memory = MemoryWatch(list(platform.pids.values()))
     progress = Progress()
     cpu = tree_cpu_sec(list(platform.pids.values()))
+    service_cpu = {name: tree_cpu_sec([pid]) for name, pid in platform.pids.items()}
     started = last_probe = last_change = time.monotonic()
     pending = list(marks)
     while True:
@@ -231,6 +236,9 @@ def watch(platform: Platform, run: RunRecord, marks: list[int]) -> Progress:
         time.sleep(SAMPLE_SEC)
     progress.elapsed_sec = time.monotonic() - started
     progress.cpu_sec = tree_cpu_sec(list(platform.pids.values())) - cpu
+    progress.cpu_sec_by_service = {
+        name: tree_cpu_sec([pid]) - service_cpu[name] for name, pid in platform.pids.items()
+    }
     return progress
 
 
@@ -296,6 +304,11 @@ def print_report(attempts: int, floor: Throughput, progress: Progress, evidence:
             f"{name:<44}{platform_value:>12.0f}{floor_value:>14.0f}"
             f"{platform_value / floor_value:>8.2f}"
         )
+    print()
+    print("CPU ms per attempt by service (each with the processes it started and reaped):")
+    for name, cpu_sec in sorted(progress.cpu_sec_by_service.items(), key=lambda item: -item[1]):
+        print(f"  {name:<42}{1000 * cpu_sec / max(1, ours.attempts):>8.0f}")
+    print(f"  {'bare Harbor (its whole process)':<42}{1000 * floor.cpu_sec / floor.attempts:>8.0f}")
     print()
     roles = sorted({role for mark in progress.milestones for role in mark.peaks_kib})
     header = "".join(f"{mark.attempts:>10}" for mark in progress.milestones)

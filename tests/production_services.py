@@ -220,12 +220,12 @@ class ProductionEnvironment:
 
 
 def production_environment(
-    root: Path, postgres: PostgresServer, s3: S3Server
+    root: Path, postgres: PostgresServer, s3: S3Server, instance: str = "dagster.production.yaml"
 ) -> ProductionEnvironment:
-    """Fresh databases, a fresh bucket and `dagster.production.yaml` as the instance."""
+    """Fresh databases, a fresh bucket and `instance` (from `dagster_home/`) as the instance."""
     home = root / "dagster_home"
     home.mkdir(parents=True)
-    shutil.copy(PROJECT_ROOT / "dagster_home" / "dagster.production.yaml", home / "dagster.yaml")
+    shutil.copy(PROJECT_ROOT / "dagster_home" / instance, home / "dagster.yaml")
     control_url = postgres.create_database("control")
     dagster_url = postgres.create_database("dagster")
     bucket = s3.create_bucket("synth")

@@ -20,6 +20,7 @@ attempt's scoped token, as they route the `anthropic` SDK.
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import subprocess
@@ -68,9 +69,34 @@ class ModelCallError(Exception):
     """The model could not be reached, or refused the call in a way a retry does not cure."""
 
 
+PLAIN_HTTP_HANDLERS = (
+    urllib.request.ProxyHandler,
+    urllib.request.UnknownHandler,
+    urllib.request.HTTPHandler,
+    urllib.request.HTTPDefaultErrorHandler,
+    urllib.request.HTTPRedirectHandler,
+    urllib.request.HTTPErrorProcessor,
+)
+
+
+@functools.cache
+def opener(base: str) -> urllib.request.OpenerDirector:
+    """`urlopen`'s opener, without its HTTPS handler for a plain http base (the proxy's
+    route into the sandbox): that handler builds a TLS context when the opener is made,
+    loading every CA certificate, which cost an attempt more CPU than the rest of the
+    agent's start."""
+    if base.startswith("https:"):
+        return urllib.request.build_opener()
+    plain = urllib.request.OpenerDirector()
+    for handler in PLAIN_HTTP_HANDLERS:
+        plain.add_handler(handler())
+    return plain
+
+
 def create_message(body: dict) -> dict:
     """POST /v1/messages, non-streaming, retried like the SDK retries (backoff 0.5 s, 1 s)."""
     base = os.environ.get("ANTHROPIC_BASE_URL", "https://api.anthropic.com").rstrip("/")
+    client = opener(base)
     headers = {"content-type": "application/json", "anthropic-version": "2023-06-01"}
     if os.environ.get("ANTHROPIC_API_KEY"):
         headers["x-api-key"] = os.environ["ANTHROPIC_API_KEY"]
@@ -82,7 +108,7 @@ def create_message(body: dict) -> dict:
             f"{base}/v1/messages", data=data, headers=headers, method="POST"
         )
         try:
-            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_SEC) as response:
+            with client.open(request, timeout=REQUEST_TIMEOUT_SEC) as response:
                 return json.load(response)
         except urllib.error.HTTPError as error:
             problem = f"HTTP {error.code}: {error.read().decode(errors='replace')[:2000]}"

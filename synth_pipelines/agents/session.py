@@ -30,6 +30,7 @@ from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.contracts.scoped_token import TokenClaims
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.token_revocations import revoke_token
+from synth_pipelines.tls import client_context
 
 SANDBOX_PROXY_PORT = 8200
 TOKEN_GRACE_SEC = 60
@@ -91,7 +92,10 @@ def model_limits(proxy_url: str, token: str, model: str) -> tuple[int, int]:
     """(context window, output limit) of the bound model, as the proxy serves it."""
     try:
         found = httpx.get(
-            f"{proxy_url}/v1/models/{model}", headers={"x-api-key": token}, timeout=30
+            f"{proxy_url}/v1/models/{model}",
+            headers={"x-api-key": token},
+            timeout=30,
+            verify=client_context(),
         )
     except httpx.HTTPError as error:
         raise ModelUnavailableError(
@@ -156,7 +160,9 @@ async def _run_with_token(
     profile = pinned.profile()
     runtime = engine_runtime(profile.engine)
     proxy_url = settings().proxy_url
-    context_window, max_output = model_limits(proxy_url, token, identity.model)
+    context_window, max_output = await asyncio.to_thread(
+        model_limits, proxy_url, token, identity.model
+    )
     workdir = (await environment.exec("pwd")).stdout.strip() or "/"
     bindings = RuntimeBindings(
         task=identity.task_name,

@@ -1,4 +1,5 @@
-"""`synth image list|build|prune`: the local image builder's cache of bases and layers."""
+"""`synth image list|build|prune`: the local image builder's cache of bases and layers;
+`synth image project`: the project's own image for a Docker deployment."""
 
 from __future__ import annotations
 
@@ -175,6 +176,37 @@ def build(
         console.print(table)
 
     emit("image build", built, as_json, render)
+
+
+@image_app.command("project")
+def project(as_json: bool = JSON_OPTION) -> None:
+    """Build the project's image, which a Docker deployment's run workers run in, on the
+    platform's Docker engine (progress on stderr); an image of the same inputs is reused.
+    Set SYNTH_PROJECT_IMAGE to the tag it prints."""
+    from synth_pipelines.runtime.project_image import ProjectImageError, build_project_image
+    from synth_pipelines.services.dockerd import DockerDaemonError, daemon
+
+    def progress(line: str) -> None:
+        errors.print(f"[dim]{line}[/]", highlight=False, soft_wrap=True)
+
+    with user_errors(ProjectImageError, DockerDaemonError, SandboxStartError, OSError):
+        engine = daemon()
+        engine.ensure()
+        image = build_project_image(engine, progress)
+    document = {
+        "image": image.tag,
+        "dependencies": image.deps_tag,
+        "built": image.built,
+        "docker_host": engine.host,
+        "seconds": round(image.build_sec, 1),
+    }
+
+    def render() -> None:
+        state = "built" if image.built else "up to date"
+        console.print(f"{image.tag} ({state}, {image.build_sec:.1f} s) on {engine.host}")
+        console.print(f"export SYNTH_PROJECT_IMAGE={image.tag} DOCKER_HOST={engine.host}")
+
+    emit("image project", document, as_json, render)
 
 
 @image_app.command("prune")

@@ -438,6 +438,14 @@ class ImageBuildDocument(Document):
     seconds: float
 
 
+class ProjectImageDocument(Document):
+    image: str
+    dependencies: str
+    built: bool
+    docker_host: str
+    seconds: float
+
+
 class ImagePruneDocument(Document):
     keep_bytes: int
     removed: list[ImageLayerDocument]
@@ -611,6 +619,7 @@ DOCUMENTS: dict[str, Any] = {
     "image list": ImageCacheDocument,
     "image build": list[ImageBuildDocument],
     "image prune": ImagePruneDocument,
+    "image project": ProjectImageDocument,
 }
 
 

@@ -112,6 +112,7 @@ def teach(
     from synth_pipelines.rendering.model_registry import TEACHER_MODEL, configured_registry
     from synth_pipelines.storage.objectstore import open_object_store
     from synth_pipelines.submission.run_requests import read_profile
+    from synth_pipelines.tls import client_context
 
     config = settings()
     target = url or config.teacher_service_url
@@ -126,7 +127,12 @@ def teach(
         )
         entries, tasks = dataset_script(adapter, demonstrations)
     try:
-        answer = httpx.put(f"{target}/scripted/v1/script", json={"entries": entries}, timeout=60)
+        answer = httpx.put(
+            f"{target}/scripted/v1/script",
+            json={"entries": entries},
+            timeout=60,
+            verify=client_context(),
+        )
     except httpx.HTTPError as error:
         fail(
             f"no scripted model service at {target} ({error}); start one with "

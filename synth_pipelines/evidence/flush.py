@@ -5,6 +5,7 @@ from __future__ import annotations
 import httpx
 
 from synth_pipelines.config import settings
+from synth_pipelines.tls import client_context
 
 
 class EvidenceFlushError(RuntimeError):
@@ -32,6 +33,7 @@ def flush_evidence(run_id: str, attempt_ids: list[str] | None = None) -> dict[st
             json={"attempt_ids": attempt_ids or []},
             headers={"x-api-key": token},
             timeout=120,
+            verify=client_context(),
         )
         response.raise_for_status()
     except httpx.HTTPError as error:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import time
@@ -294,6 +295,22 @@ async def run_attempt(
         return unprepared_outcome(attempt, actor, error, store, trial_dir, started)
     isolate_verification(trial)
     result = await trial.run()
+    # Off the event loop: compressing and storing the record, and reading it back, would
+    # stall every other attempt of the batch meanwhile.
+    return await asyncio.to_thread(
+        _retained_outcome, attempt, actor, result, store, trial_dir, started, verify
+    )
+
+
+def _retained_outcome(
+    attempt: AttemptContext,
+    actor: Actor,
+    result: TrialResult,
+    store: ObjectStore,
+    trial_dir: Path,
+    started: float,
+    verify: bool,
+) -> TrialOutcome:
     ref = archive_trial(
         store, trial_dir, f"runs/{attempt.run_id}/trials/{attempt.attempt_id}/{result.id}.tar.gz"
     )

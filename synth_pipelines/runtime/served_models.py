@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 
 from synth_pipelines.config import Settings
+from synth_pipelines.tls import client_context
 
 PROBE_TIMEOUT_SEC = 10.0
 
@@ -84,6 +85,7 @@ class ServedModels:
                 f"{self.proxy_url}/v1/models/{model}",
                 headers={"x-api-key": token},
                 timeout=PROBE_TIMEOUT_SEC,
+                verify=client_context(),
             )
         except httpx.HTTPError as error:
             raise ModelNotServedError(
@@ -111,6 +113,7 @@ def model_service_capabilities(url: str, api_key: str) -> dict[str, bool]:
         f"{url}/api/v1/get_server_capabilities",
         headers={"X-API-Key": api_key},
         timeout=PROBE_TIMEOUT_SEC,
+        verify=client_context(),
     )
     found.raise_for_status()
     return {

@@ -93,7 +93,8 @@ async def run_batch_trials(
                 )
             except Exception as error:
                 raise AttemptFailedError(attempt_id, group.task.name, error) from error
-        record_event(
+        await asyncio.to_thread(
+            record_event,
             engine,
             spec.run_id,
             "attempt.finished",

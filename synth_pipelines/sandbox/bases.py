@@ -66,10 +66,13 @@ class BaseImage:
     name: str
     suite: str
     python: bool
+    # Packages beyond a task base's, for a system that is not a task's `FROM` (the
+    # platform's own image, `runtime/project_image.py`).
+    extra: tuple[str, ...] = ()
 
     @property
     def packages(self) -> tuple[str, ...]:
-        return ("ca-certificates", *(PYTHON_PACKAGES if self.python else ()))
+        return ("ca-certificates", *(PYTHON_PACKAGES if self.python else ()), *self.extra)
 
     @property
     def key(self) -> str:

@@ -183,7 +183,8 @@ class SandboxCgroup:
                     f"{'/'.join(filter(None, (self.name, leaf)))} survived SIGKILL for "
                     f"{KILL_DEADLINE_SEC} s"
                 )
-            time.sleep(KILL_RECHECK_SEC)
+            if empty_reads < 2:
+                time.sleep(KILL_RECHECK_SEC)
 
     def kill_commands(self) -> None:
         """Kill every command's processes, leaving the sandbox's init to its owner."""

@@ -231,7 +231,8 @@ class SandboxInit:
                 raise SandboxCleanupError(
                     f"processes {found} of the sandbox survived SIGKILL for {KILL_DEADLINE_SEC} s"
                 )
-            time.sleep(KILL_RECHECK_SEC)
+            if empty_reads < 2:
+                time.sleep(KILL_RECHECK_SEC)
 
     async def terminate(self) -> bool:
         """Kill pid 1 inside, which ends the pid namespace, then let bwrap reap it;

@@ -12,6 +12,7 @@ import json
 import httpx
 
 from synth_pipelines.config import settings
+from synth_pipelines.tls import client_context
 
 VERSION = "query { version }"
 
@@ -73,6 +74,7 @@ def _graphql(dagster_url: str, query: str, variables: dict) -> dict:
             json={"query": query, "variables": variables},
             headers=headers,
             timeout=60,
+            verify=client_context(),
         )
     except httpx.HTTPError as error:
         raise DagsterUnavailableError(

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import httpx
 
+from synth_pipelines.tls import client_context
+
 
 @dataclass(frozen=True)
 class Service:
@@ -74,7 +76,7 @@ def healthy(service: Service) -> bool:
                 return False
             return True
     try:
-        return httpx.get(service.health_url, timeout=2.0).status_code < 500
+        return httpx.get(service.health_url, timeout=2.0, verify=client_context()).status_code < 500
     except httpx.HTTPError:
         return False
 
