@@ -15,7 +15,7 @@ from synth_pipelines.contracts.assessment import Assessment
 from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.contracts.run_spec import DatasetPin, RunRequest, batch_key
 from synth_pipelines.contracts.trial import TrialOutcome
-from synth_pipelines.control.batch_results import read_batch_results
+from synth_pipelines.control.batch_results import read_batch_results, record_batch_results
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.runs import RunRecord, accept_run
 from synth_pipelines.control.schema import batch_results
@@ -236,3 +236,18 @@ def test_batches_stored_before_tallies_were_kept_are_tallied_when_read(state, tm
 
     assert _counted(_collected(run)) == _recount(run)
     assert sorted(read_batch_results(engine, run.run_id)) == [0, 1, 2]
+
+
+def test_a_readers_tally_never_replaces_a_newer_one(state, tmp_path):
+    """A reader that found a batch untallied read its tables before the run worker stored
+    the assessments; its late write must not undo the worker's tally of both."""
+    run = _run(tmp_path)
+    _record(run, 0, [1.0, 1.0, 0.0, 1.0])
+    engine, store = control_engine(), _store()
+    key = batch_key(run.run_id, 0)
+    stale_trials = load_table(engine, store, "trials", key)
+
+    record_batch_results(engine, key, stale_trials, None, replace=False)
+
+    assert _counted(_collected(run)) == _recount(run)
+    assert _collected(run).summary.passed == 3

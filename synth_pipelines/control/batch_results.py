@@ -125,19 +125,30 @@ def batch_results_of(outcomes: list[TrialOutcome], judged: list[Assessment]) -> 
 
 
 def record_batch_results(
-    engine: Engine, partition: str, trials: pa.Table, assessments: pa.Table | None
+    engine: Engine,
+    partition: str,
+    trials: pa.Table,
+    assessments: pa.Table | None,
+    *,
+    replace: bool = True,
 ) -> BatchResults:
-    """Tally a batch from its current trials and assessments tables, replacing its row."""
+    """Tally a batch from its current trials and assessments tables, replacing its row;
+    with `replace=False` only where the batch has no row yet."""
     run_id, index = parse_batch_key(partition)
     judged = Assessment.from_table(assessments) if assessments is not None else []
     results = batch_results_of(TrialOutcome.from_table(trials), judged)
     values = {"results_json": results.model_dump_json(), "recorded_at": datetime.now(UTC)}
-    # An upsert, so two writers tallying the same batch at once both succeed (the later
-    # one's tally, from the same or newer tables, is kept).
+    # An upsert, so two writers storing the same batch's tables at once both succeed (the
+    # later one's tally, from the same or newer tables, is kept). A reader filling in a
+    # missing tally may have read the tables before a writer stored newer ones, so its
+    # tally never replaces a row: it would undo the writer's.
     dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
     statement = dialect.insert(batch_results).values(run_id=run_id, batch_index=index, **values)
-    statement = statement.on_conflict_do_update(
-        index_elements=["run_id", "batch_index"], set_=values
+    keys = ["run_id", "batch_index"]
+    statement = (
+        statement.on_conflict_do_update(index_elements=keys, set_=values)
+        if replace
+        else statement.on_conflict_do_nothing(index_elements=keys)
     )
     with engine.begin() as conn:
         conn.execute(statement)

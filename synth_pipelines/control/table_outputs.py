@@ -46,8 +46,11 @@ def store_table(
     return ref
 
 
-def tally_batch(engine: Engine, store: ObjectStore, partition: str) -> BatchResults | None:
-    """Re-tally a batch from its current tables; None while it has no trials table."""
+def tally_batch(
+    engine: Engine, store: ObjectStore, partition: str, *, replace: bool = True
+) -> BatchResults | None:
+    """Re-tally a batch from its current tables; None while it has no trials table. A
+    reader passes `replace=False`: its tally only fills in a batch that has none."""
     try:
         trials = load_table(engine, store, "trials", partition)
     except TableMissingError:
@@ -56,7 +59,7 @@ def tally_batch(engine: Engine, store: ObjectStore, partition: str) -> BatchResu
         assessments = load_table(engine, store, "assessments", partition)
     except TableMissingError:
         assessments = None
-    return record_batch_results(engine, partition, trials, assessments)
+    return record_batch_results(engine, partition, trials, assessments, replace=replace)
 
 
 def current_table_ref(engine: Engine, asset: str, partition: str) -> ObjectRef | None:

@@ -117,7 +117,9 @@ def _batches(engine: Engine, store: ObjectStore, run: RunRecord) -> Iterator[Bat
     stored before tallies were kept is tallied now, once."""
     tallied = read_batch_results(engine, run.run_id)
     for index in range(run.batch_count):
-        batch = tallied.get(index) or tally_batch(engine, store, batch_key(run.run_id, index))
+        batch = tallied.get(index) or tally_batch(
+            engine, store, batch_key(run.run_id, index), replace=False
+        )
         if batch is None:
             return
         yield batch
