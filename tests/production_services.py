@@ -29,7 +29,8 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from synth_pipelines.config import settings
-from synth_pipelines.control.database import engine_for
+from synth_pipelines.control.database import control_engine, engine_for
+from synth_pipelines.control.runs import RunRecord, get_run
 from synth_pipelines.services.supervisor import Service, running_pid, start, stop
 from tests.conftest import PROJECT_ROOT, SAMPLE_DATASET
 
@@ -63,6 +64,17 @@ def _as_server_user(argv: list[str]) -> list[str]:
     if os.geteuid() != 0:
         return argv
     return ["runuser", "-u", "postgres", "--", *argv]
+
+
+def wait_until_stopped(run_id: str, timeout_sec: float = 480) -> RunRecord:
+    """The run once it is no longer accepted or running: finished, or stopped with a reason."""
+    deadline = time.monotonic() + timeout_sec
+    while time.monotonic() < deadline:
+        run = get_run(control_engine(), run_id)
+        if run.status not in ("accepted", "running"):
+            return run
+        time.sleep(1)
+    pytest.fail(f"run {run_id} was still {run.status} after {timeout_sec:.0f} s")
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from sqlalchemy import select
 
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import read_events
-from synth_pipelines.control.runs import RunRecord, get_run
+from synth_pipelines.control.runs import get_run
 from synth_pipelines.control.schema import evidence_chunks
 from synth_pipelines.runtime.project_image import ProjectImage, build_project_image
 from synth_pipelines.services.dockerd import DockerDaemon, daemon
@@ -38,6 +38,7 @@ from tests.production_services import (
     S3Server,
     environment_applied,
     production_environment,
+    wait_until_stopped,
 )
 from tests.test_pool_admission import most_at_once
 from tests.training_runs import script_one_right_one_wrong, training_dataset
@@ -120,16 +121,6 @@ def _start(deployment: ProductionDeployment, command: str, *args: str) -> str:
     started = deployment.synth(command, "start", *args, "--json")
     assert started.returncode == 0, started.stderr
     return json.loads(started.stdout)["run_id"]
-
-
-def _wait_until_stopped(run_id: str, timeout_sec: float) -> RunRecord:
-    deadline = time.monotonic() + timeout_sec
-    while time.monotonic() < deadline:
-        run = get_run(control_engine(), run_id)
-        if run.status not in ("accepted", "running"):
-            return run
-        time.sleep(1)
-    pytest.fail(f"run {run_id} was still {run.status} after {timeout_sec:.0f} s")
 
 
 def _dagster_runs(run_id: str) -> list[dg.RunRecord]:
@@ -246,7 +237,7 @@ def test_an_evaluation_and_a_training_run_run_together_in_containers(
         "docker-eval",
     )
     for run_id in (evaluation, training):
-        stopped = _wait_until_stopped(run_id, 900)
+        stopped = wait_until_stopped(run_id, 900)
         assert stopped.status == "succeeded", _dagster_messages(run_id)
 
     shown = json.loads(deployed.synth("run", "show", evaluation, "--json").stdout)["summary"]
@@ -349,7 +340,7 @@ def test_a_killed_container_fails_its_run_and_cancel_stops_one(
     container = _active_batch_container(killed)
     assert _docker(deployed, "kill", container).returncode == 0
     killed_at = time.monotonic()
-    stopped = _wait_until_stopped(killed, 300)
+    stopped = wait_until_stopped(killed, 300)
     detected_sec = time.monotonic() - killed_at
     print(f"killed container detected after {detected_sec:.1f} s")
     assert stopped.status == "interrupted"

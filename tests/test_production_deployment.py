@@ -17,10 +17,10 @@ from synth_pipelines.config import settings
 from synth_pipelines.contracts.trial import TrialOutcome
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import read_events
-from synth_pipelines.control.runs import RunRecord, get_run
 from synth_pipelines.control.table_outputs import current_table_ref, load_table
 from synth_pipelines.registry.datasets import get_dataset, read_page
 from synth_pipelines.storage.objectstore import open_object_store
+from tests.production_services import wait_until_stopped
 
 pytestmark = pytest.mark.slow
 
@@ -43,17 +43,6 @@ def _start(production, key: str, max_tasks: int, tasks_per_batch: int) -> dict:
     )
     assert started.returncode == 0, started.stderr
     return json.loads(started.stdout)
-
-
-def _wait_until_stopped(run_id: str, timeout_sec: float = 480) -> RunRecord:
-    """The run once it is no longer accepted or running: finished, or stopped with a reason."""
-    deadline = time.monotonic() + timeout_sec
-    while time.monotonic() < deadline:
-        run = get_run(control_engine(), run_id)
-        if run.status not in ("accepted", "running"):
-            return run
-        time.sleep(1)
-    pytest.fail(f"run {run_id} was still {run.status} after {timeout_sec:.0f} s")
 
 
 def _wait_for_event(run_id: str, kind: str, timeout_sec: float = 300) -> None:
@@ -84,7 +73,7 @@ def _finished_dagster_runs(run_id: str, timeout_sec: float = 60) -> list[dg.Dags
 def test_evaluation_completes_with_every_object_in_s3(production):
     run = _start(production, "prod-eval", max_tasks=2, tasks_per_batch=2)
     assert run["batches"] == 1
-    stopped = _wait_until_stopped(run["run_id"])
+    stopped = wait_until_stopped(run["run_id"])
     assert stopped.status == "succeeded"
     shown = production.synth("run", "show", run["run_id"], "--json")
     summary = json.loads(shown.stdout)
@@ -129,7 +118,7 @@ def test_killing_the_webserver_and_daemon_mid_run_loses_nothing(production):
     time.sleep(3)
     production.start("dagster-daemon", "dagster-webserver")
 
-    stopped = _wait_until_stopped(run_id)
+    stopped = wait_until_stopped(run_id)
     assert stopped.status == "succeeded"
     events = read_events(control_engine(), run_id=run_id)
     kinds = [event.kind for event in events]
@@ -166,7 +155,7 @@ def test_a_crashed_run_worker_interrupts_the_run_visibly(production):
     (batch_run,) = [r for r in _dagster_runs(run_id) if r.job_name == "evaluation_batch"]
     os.kill(_run_worker_pid(batch_run.run_id), signal.SIGKILL)
 
-    stopped = _wait_until_stopped(run_id)
+    stopped = wait_until_stopped(run_id)
     assert stopped.status == "interrupted"
     (interruption,) = read_events(control_engine(), run_id=run_id, kinds=("run.interrupted",))
     assert interruption.data["dagster_run_id"] == batch_run.run_id

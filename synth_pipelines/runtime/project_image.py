@@ -218,8 +218,9 @@ def _add_tree(
     *,
     owned: bool = False,
 ) -> None:
-    """`source`'s contents as `target`, symbolic links kept as links, owned by root unless
-    `owned` (a sandbox layer's files keep the ids they were shifted to)."""
+    """`source` and its contents as `target`, symbolic links kept as links, owned by root
+    unless `owned` (a sandbox layer's files keep the ids they were shifted to)."""
+    _add_entry(out, source, target, owned=owned)
     for directory, dirnames, filenames in os.walk(source):
         here = Path(directory)
         descend = []
@@ -235,6 +236,14 @@ def _add_tree(
             path = here / name
             if skip is None or not skip(path):
                 _add_entry(out, path, f"{target}/{path.relative_to(source)}", owned=owned)
+
+
+def _add_path(out: tarfile.TarFile, path: Path, target: str) -> None:
+    """A directory with its contents, anything else as itself."""
+    if path.is_dir() and not path.is_symlink():
+        _add_tree(out, path, target)
+    else:
+        _add_entry(out, path, target)
 
 
 def _add_entry(out: tarfile.TarFile, path: Path, arcname: str, *, owned: bool = False) -> None:
@@ -270,7 +279,6 @@ def _venv_script(path: Path) -> bytes | None:
 def _write_deps(out: tarfile.TarFile, base_tar: Path, seeds: list[Path]) -> None:
     _copy_tar(out, base_tar)
     interpreter = Path(sys.base_prefix)
-    _add_entry(out, interpreter, str(interpreter))
     _add_tree(out, interpreter, str(interpreter))
     venv = Path(sys.prefix)
     site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
@@ -282,23 +290,21 @@ def _write_deps(out: tarfile.TarFile, base_tar: Path, seeds: list[Path]) -> None
     for entry in sorted(venv.iterdir()):
         if entry.name == "bin":
             continue
-        _add_entry(out, entry, f"{VENV}/{entry.name}")
         if entry.is_dir() and not entry.is_symlink():
             _add_tree(out, entry, f"{VENV}/{entry.name}", skip)
+        else:
+            _add_entry(out, entry, f"{VENV}/{entry.name}")
     _add_entry(out, venv / "bin", f"{VENV}/bin")
     for script in sorted((venv / "bin").iterdir()):
         rewritten = None
         if script.is_file() and not script.is_symlink():
             rewritten = _venv_script(script)
         if rewritten is None:
-            _add_entry(out, script, f"{VENV}/bin/{script.name}")
-            if script.is_dir() and not script.is_symlink():
-                _add_tree(out, script, f"{VENV}/bin/{script.name}")
+            _add_path(out, script, f"{VENV}/bin/{script.name}")
         else:
             _add_bytes(out, f"{VENV}/bin/{script.name}", rewritten, 0o755)
     _add_bytes(out, f"{VENV}/{site.relative_to(venv)}/synth-app.pth", f"{APP}\n".encode())
     for seed in seeds:
-        _add_entry(out, seed, f"{STATE}/images/layers/{seed.name}", owned=True)
         _add_tree(out, seed, f"{STATE}/images/layers/{seed.name}", owned=True)
 
 
@@ -340,11 +346,7 @@ def _write_app(
             _add_entry(out, compiled, f"app/{compiled.relative_to(project_root)}")
 
 
-async def _seeded_layers(progress: Progress) -> list[Path]:
-    config = settings()
-    images = BaseImages(
-        config.images_dir, LayerStore(config.images_dir / "layers"), config.debian_mirror
-    )
+async def _seeded_layers(images: BaseImages, progress: Progress) -> list[Path]:
     seeds = []
     for reference in SEEDED_BASES:
         layer = await images.layer(resolve_base(reference, task="the project image"), progress)
@@ -366,7 +368,10 @@ def build_project_image(daemon: DockerDaemon, progress: Progress) -> ProjectImag
 
 
 def _build(config: Settings, docker: _DockerCli, progress: Progress) -> tuple[str, str, bool]:
-    seeds = asyncio.run(_seeded_layers(progress))
+    images = BaseImages(
+        config.images_dir, LayerStore(config.images_dir / "layers"), config.debian_mirror
+    )
+    seeds = asyncio.run(_seeded_layers(images, progress))
     deps_tag = f"{DEPS_REPOSITORY}:{_deps_key(seeds)}"
     project_root = config.project_root
     files = _app_files(project_root)
@@ -375,9 +380,6 @@ def _build(config: Settings, docker: _DockerCli, progress: Progress) -> tuple[st
     if docker.has_image(tag):
         return tag, deps_tag, False
     if not docker.has_image(deps_tag):
-        images = BaseImages(
-            config.images_dir, LayerStore(config.images_dir / "layers"), config.debian_mirror
-        )
         base_tar = asyncio.run(images.tarball(RUNTIME_BASE, progress))
         progress(f"importing {deps_tag}: Debian, Python {sys.version.split()[0]}, packages")
         changes = [f"--change={change}" for change in _deps_changes()]
