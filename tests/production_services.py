@@ -8,7 +8,6 @@ deployment gets its own databases and bucket on them.
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import signal
@@ -31,6 +30,7 @@ from sqlalchemy import create_engine, text
 from synth_pipelines.config import settings
 from synth_pipelines.control.database import control_engine, engine_for
 from synth_pipelines.control.runs import RunRecord, get_run
+from synth_pipelines.services.production import as_server_user, postgres_bin_dir
 from synth_pipelines.services.supervisor import Service, running_pid, start, stop
 from tests.conftest import PROJECT_ROOT, SAMPLE_DATASET
 
@@ -46,24 +46,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def postgres_bin_dir() -> Path:
-    """Where `initdb` and `pg_ctl` are: on PATH, else Debian's versioned directory."""
-    on_path = shutil.which("pg_ctl")
-    if on_path:
-        return Path(on_path).resolve().parent
-    debian = glob.glob("/usr/lib/postgresql/*/bin/pg_ctl")
-    if not debian:
-        pytest.fail("PostgreSQL is not installed; run `make setup` (it installs `postgresql`)")
-    newest = max(debian, key=lambda path: int(Path(path).parent.parent.name))
-    return Path(newest).parent
-
-
-def _as_server_user(argv: list[str]) -> list[str]:
-    if os.geteuid() != 0:
-        return argv
-    return ["runuser", "-u", "postgres", "--", *argv]
 
 
 def wait_until_stopped(run_id: str, timeout_sec: float = 480) -> RunRecord:
@@ -102,7 +84,7 @@ def running_postgres() -> Iterator[PostgresServer]:
         shutil.chown(home, "postgres")
     data, port = home / "data", free_port()
     subprocess.run(
-        _as_server_user(
+        as_server_user(
             [
                 str(bin_dir / "initdb"),
                 "-D",
@@ -119,7 +101,7 @@ def running_postgres() -> Iterator[PostgresServer]:
         capture_output=True,
     )
     subprocess.run(
-        _as_server_user(
+        as_server_user(
             [
                 str(bin_dir / "pg_ctl"),
                 "-D",
@@ -139,7 +121,7 @@ def running_postgres() -> Iterator[PostgresServer]:
         yield PostgresServer(port)
     finally:
         subprocess.run(
-            _as_server_user([str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "fast", "stop"]),
+            as_server_user([str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "fast", "stop"]),
             capture_output=True,
         )
         shutil.rmtree(home, ignore_errors=True)
@@ -224,11 +206,7 @@ class ProductionEnvironment:
 
     @property
     def state_dir(self) -> Path:
-        return self.root / "state"
-
-    @property
-    def dagster_home(self) -> Path:
-        return self.root / "dagster_home"
+        return Path(self.env["SYNTH_DATA_DIR"])
 
 
 def production_environment(
@@ -293,11 +271,39 @@ def _dagster_bin(name: str) -> str:
 
 
 @dataclass
-class ProductionDeployment:
+class DeploymentCli:
+    """An operator's `synth` commands against a running deployment."""
+
+    environment: ProductionEnvironment
+
+    @property
+    def state_dir(self) -> Path:
+        return self.environment.state_dir
+
+    def publish_sample_dataset(self) -> None:
+        """`synth/sample@v1`, published as an operator does (a no-op once it exists)."""
+        published = self.synth(
+            "dataset", "publish", str(SAMPLE_DATASET), "--name", "synth/sample", "--version", "v1"
+        )
+        assert published.returncode == 0, published.stderr
+
+    def synth(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        """The `synth` CLI as an operator runs it against this deployment."""
+        return subprocess.run(
+            [sys.executable, "-m", "synth_pipelines.cli", *args],
+            cwd=PROJECT_ROOT,
+            env={**os.environ, **self.environment.env},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+
+@dataclass
+class ProductionDeployment(DeploymentCli):
     """The documented single-host production layout: a code server, the daemon and the
     webserver as separate processes sharing one PostgreSQL + S3 instance."""
 
-    environment: ProductionEnvironment
     services: dict[str, Service] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -370,10 +376,6 @@ class ProductionDeployment:
             )
         }
 
-    @property
-    def state_dir(self) -> Path:
-        return self.environment.state_dir
-
     def start(self, *names: str) -> None:
         for name in names or tuple(self.services):
             start(self.state_dir, self.services[name], cwd=PROJECT_ROOT)
@@ -406,24 +408,6 @@ class ProductionDeployment:
             except OSError:
                 time.sleep(0.5)
         pytest.fail(f"the code server did not listen on {address} within 120 s")
-
-    def publish_sample_dataset(self) -> None:
-        """`synth/sample@v1`, published as an operator does (a no-op once it exists)."""
-        published = self.synth(
-            "dataset", "publish", str(SAMPLE_DATASET), "--name", "synth/sample", "--version", "v1"
-        )
-        assert published.returncode == 0, published.stderr
-
-    def synth(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        """The `synth` CLI as an operator runs it against this deployment."""
-        return subprocess.run(
-            [sys.executable, "-m", "synth_pipelines.cli", *args],
-            cwd=PROJECT_ROOT,
-            env={**os.environ, **self.environment.env},
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
 
 
 @pytest.fixture(scope="module")

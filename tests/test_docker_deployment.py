@@ -1,5 +1,6 @@
-"""Every batch in its own container: the production deployment (PostgreSQL, an S3 server,
-the capture proxy, the model service, a code server, the daemon and the webserver) with
+"""Every batch in its own container: the production deployment `synth up --production`
+starts (PostgreSQL, an S3 server, the capture proxy, a code server, the daemon and the
+webserver; the model service is a scripted Tinker service the test starts) with
 dagster-docker's `DockerRunLauncher` on the platform's own Docker engine.
 
 Each Dagster run executes in a fresh container of the project's image
@@ -11,33 +12,38 @@ of the host's files: its trials run in bubblewrap sandboxes inside the container
 from __future__ import annotations
 
 import json
-import secrets
+import os
 import shutil
 import subprocess
+import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
 import pytest
+import sqlalchemy.exc
 from sqlalchemy import select
 
+from synth_pipelines.config import settings
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import read_events
 from synth_pipelines.control.runs import get_run
 from synth_pipelines.control.schema import evidence_chunks
-from synth_pipelines.runtime.project_image import ProjectImage, build_project_image
-from synth_pipelines.services.dockerd import DockerDaemon, daemon
+from synth_pipelines.services.production import read_env_file
+from synth_pipelines.services.supervisor import Service, start, stop
 from synth_pipelines.storage.objectstore import open_object_store
 from tests.agent_runs import trial_outcomes
-from tests.conftest import SAMPLE_DATASET
+from tests.conftest import PROJECT_ROOT, SAMPLE_DATASET
 from tests.production_services import (
-    PostgresServer,
-    ProductionDeployment,
+    DeploymentCli,
+    ProductionEnvironment,
     S3Server,
     environment_applied,
-    production_environment,
+    free_port,
     wait_until_stopped,
 )
 from tests.test_pool_admission import most_at_once
@@ -50,74 +56,121 @@ CONTAINER_ID_TAG = "docker/container_id"
 IMAGE_TAG = "dagster/image"
 
 
-@pytest.fixture(scope="module")
-def engine() -> DockerDaemon:
-    found = daemon()
-    found.ensure()
-    return found
+@dataclass
+class DockerDeployment(DeploymentCli):
+    """The deployment `synth up --production` started, and what it said it started."""
+
+    started: dict
+    operator: dict[str, str]
+    """The environment `synth up --production` was first run with."""
 
 
-@pytest.fixture(scope="module")
-def project_image(engine: DockerDaemon) -> ProjectImage:
-    return build_project_image(engine, progress=lambda line: print(line, flush=True))
-
-
-@pytest.fixture(scope="module")
-def docker_deployment(
-    tmp_path_factory: pytest.TempPathFactory,
-    postgres_server: PostgresServer,
-    s3_server: S3Server,
-    engine: DockerDaemon,
-    project_image: ProjectImage,
-) -> Iterator[ProductionDeployment]:
-    root = tmp_path_factory.mktemp("docker-deployment")
-    environment = production_environment(
-        root, postgres_server, s3_server, instance="dagster.docker.yaml"
+def _up(env: dict[str, str]) -> dict:
+    """`synth up --production --json`, the one command an operator runs; the first of a
+    fresh image cache builds the project's image (minutes)."""
+    up = subprocess.run(
+        [sys.executable, "-m", "synth_pipelines.cli", "up", "--production", "--json"],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
     )
-    environment.env.update(
-        {
-            "DOCKER_HOST": engine.host,
-            "DOCKER_CONFIG": str(engine.client_config),
-            "SYNTH_PROJECT_IMAGE": project_image.tag,
-            "SYNTH_PROXY_SIGNING_KEY": secrets.token_hex(32),
-            "SYNTH_ADMISSION_POOL": f"docker-{uuid.uuid4().hex[:8]}",
-            "SYNTH_POOL_MAX_ACTIVE_ATTEMPTS": str(POOL_ATTEMPTS),
-        }
+    assert up.returncode == 0, up.stderr
+    return json.loads(up.stdout)
+
+
+def _down(env: dict[str, str]) -> list[dict]:
+    down = subprocess.run(
+        [sys.executable, "-m", "synth_pipelines.cli", "down", "--production", "--json"],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
-    deployment = ProductionDeployment(environment)
+    assert down.returncode == 0, down.stderr
+    return json.loads(down.stdout)
+
+
+@pytest.fixture(scope="module")
+def docker_deployment() -> Iterator[DockerDeployment]:
+    # PostgreSQL runs as its own user, which must reach its directory: not under pytest's
+    # private temporary root.
+    root = Path(tempfile.mkdtemp(prefix="synth-docker-"))
+    root.chmod(0o711)
+    # A scripted Tinker service, so the training run's answers are deterministic: the
+    # deployment uses a Tinker service named when it is first started instead of its own.
+    model_port = free_port()
+    model_service = Service(
+        name="scripted-model-service",
+        argv=[
+            str(Path(sys.executable).parent / "synth"),
+            *("model", "serve", "--scripted", "--port", str(model_port)),
+        ],
+        health_url=f"http://127.0.0.1:{model_port}/api/v1/healthz",
+        address=f"http://127.0.0.1:{model_port}",
+    )
+    operator = {
+        **os.environ,
+        "SYNTH_DATA_DIR": str(root),
+        # The image cache (and the engine in it) of this checkout, shared with other tests.
+        "SYNTH_IMAGE_CACHE_DIR": str(settings().image_cache_dir),
+        "TINKER_BASE_URL": model_service.address,
+        "TINKER_API_KEY": "tml-docker-test",
+        "SYNTH_ADMISSION_POOL": f"docker-{uuid.uuid4().hex[:8]}",
+        "SYNTH_POOL_MAX_ACTIVE_ATTEMPTS": str(POOL_ATTEMPTS),
+    }
+    start(root, model_service, cwd=PROJECT_ROOT)
+    environment = None
     try:
-        deployment.start()
-        yield deployment
+        started = _up(operator)
+        values = read_env_file(Path(started["env_file"]))
+        environment = ProductionEnvironment(
+            root=root,
+            control_url=values["SYNTH_DATABASE_URL"],
+            dagster_url=values["SYNTH_DAGSTER_DATABASE_URL"],
+            bucket=values["SYNTH_DAGSTER_LOGS_BUCKET"],
+            s3=S3Server(values["SYNTH_S3_ENDPOINT_URL"]),
+            env={**values, "SYNTH_IMAGE_CACHE_DIR": operator["SYNTH_IMAGE_CACHE_DIR"]},
+        )
+        yield DockerDeployment(environment, started, operator)
     finally:
-        deployment.stop()
-        with environment_applied(environment), dg.DagsterInstance.get() as instance:
-            containers = [
-                run.tags[CONTAINER_ID_TAG]
-                for run in instance.get_runs()
-                if CONTAINER_ID_TAG in run.tags
-            ]
-        if containers:
-            # Each run container's volume holds its sandboxes' state: removed with it.
-            _docker(deployment, "rm", "--force", "--volumes", *containers)
+        if environment is not None:
+            try:
+                with environment_applied(environment), dg.DagsterInstance.get() as instance:
+                    containers = [
+                        run.tags[CONTAINER_ID_TAG]
+                        for run in instance.get_runs()
+                        if CONTAINER_ID_TAG in run.tags
+                    ]
+            except sqlalchemy.exc.OperationalError:
+                containers = []  # a test stopped the deployment and failed before its start
+            if containers:
+                # Each run container's volume holds its sandboxes' state: removed with it.
+                _docker(environment.env, "rm", "--force", "--volumes", *containers)
+        _down(operator)
+        stop(root, model_service)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture
-def deployed(docker_deployment: ProductionDeployment) -> Iterator[ProductionDeployment]:
+def deployed(docker_deployment: DockerDeployment) -> Iterator[DockerDeployment]:
     with environment_applied(docker_deployment.environment):
         yield docker_deployment
 
 
-def _docker(deployment: ProductionDeployment, *args: str) -> subprocess.CompletedProcess:
+def _docker(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         ["docker", *args],
-        env={**deployment.environment.env, "PATH": "/usr/bin:/bin:/usr/sbin:/sbin"},
+        env={**env, "PATH": "/usr/bin:/bin:/usr/sbin:/sbin"},
         capture_output=True,
         text=True,
         timeout=120,
     )
 
 
-def _start(deployment: ProductionDeployment, command: str, *args: str) -> str:
+def _start(deployment: DockerDeployment, command: str, *args: str) -> str:
     started = deployment.synth(command, "start", *args, "--json")
     assert started.returncode == 0, started.stderr
     return json.loads(started.stdout)["run_id"]
@@ -165,7 +218,7 @@ def _active_batch_container(run_id: str, timeout_sec: float = 300) -> str:
     pytest.fail(f"no batch of {run_id} started in a container within {timeout_sec:.0f} s")
 
 
-def _first_attempt(deployment: ProductionDeployment, run_id: str) -> str:
+def _first_attempt(deployment: DockerDeployment, run_id: str) -> str:
     """How the run's first attempt went, as `synth attempt show` tells it."""
     (finished,) = read_events(control_engine(), run_id=run_id, kinds=("attempt.finished",), limit=1)
     return deployment.synth("attempt", "show", finished.data["attempt_id"]).stdout
@@ -188,7 +241,7 @@ def _slow_dataset(root: Path, seconds: int) -> Path:
 # The first test of a fresh image cache builds the image (minutes) before its runs.
 @pytest.mark.timeout(1800)
 def test_an_evaluation_and_a_training_run_run_together_in_containers(
-    deployed: ProductionDeployment, tmp_path: Path, project_image: ProjectImage
+    deployed: DockerDeployment, tmp_path: Path
 ):
     deployed.publish_sample_dataset()
     published = deployed.synth(
@@ -247,15 +300,18 @@ def test_an_evaluation_and_a_training_run_run_together_in_containers(
 
     # Every Dagster run of both ran in a container of the project's image, and ended well.
     records = {run_id: _finished_dagster_runs(run_id) for run_id in (training, evaluation)}
+    image = deployed.started["image"]
     containers = []
     for run_records in records.values():
         for record in run_records:
             tags = record.dagster_run.tags
             assert record.dagster_run.status == dg.DagsterRunStatus.SUCCESS
-            assert tags.get(IMAGE_TAG) == project_image.tag, tags
+            assert tags.get(IMAGE_TAG) == image, tags
             containers.append(tags[CONTAINER_ID_TAG])
-    inspected = json.loads(_docker(deployed, "container", "inspect", *containers).stdout)
-    assert {item["Config"]["Image"] for item in inspected} == {project_image.tag}
+    inspected = json.loads(
+        _docker(deployed.environment.env, "container", "inspect", *containers).stdout
+    )
+    assert {item["Config"]["Image"] for item in inspected} == {image}
     assert {item["State"]["ExitCode"] for item in inspected} == {0}
     assert all(
         not item["Mounts"] or all(m["Type"] == "volume" for m in item["Mounts"])
@@ -298,16 +354,27 @@ def test_an_evaluation_and_a_training_run_run_together_in_containers(
             )
         ).all()
     assert chunks
-    for key, sha256 in chunks:
-        store.get(key, expected_sha256=sha256)
     # The run workers wrote nothing on the host: no trial scratch, no local objects.
     state = deployed.state_dir
     assert not (state / "work").exists() and not (state / "objects").exists()
 
+    # The deployment stopped and started again keeps everything: the runs in the database,
+    # every evidence chunk in the bucket (its server replays its journal), the checkpoints.
+    assert {row["service"] for row in _down(deployed.operator) if row["stopped"]} == {
+        row["service"] for row in deployed.started["services"]
+    }
+    again = _up(deployed.operator)
+    assert again["env_file"] == deployed.started["env_file"]
+    assert again["image"] == image
+    for key, sha256 in chunks:
+        store.get(key, expected_sha256=sha256)
+    after = json.loads(deployed.synth("run", "checkpoints", training, "--json").stdout)
+    assert after == listed
+
 
 @pytest.mark.timeout(1800)
 def test_a_killed_container_fails_its_run_and_cancel_stops_one(
-    deployed: ProductionDeployment, tmp_path: Path
+    deployed: DockerDeployment, tmp_path: Path
 ):
     published = deployed.synth(
         "dataset",
@@ -338,7 +405,7 @@ def test_a_killed_container_fails_its_run_and_cancel_stops_one(
 
     # A container killed outright: run monitoring finds it and the run says so.
     container = _active_batch_container(killed)
-    assert _docker(deployed, "kill", container).returncode == 0
+    assert _docker(deployed.environment.env, "kill", container).returncode == 0
     killed_at = time.monotonic()
     stopped = wait_until_stopped(killed, 300)
     detected_sec = time.monotonic() - killed_at
@@ -353,7 +420,9 @@ def test_a_killed_container_fails_its_run_and_cancel_stops_one(
     cancel = deployed.synth("run", "cancel", cancelled, "--json")
     assert cancel.returncode == 0, cancel.stderr
     assert json.loads(cancel.stdout)["terminated"]
-    state = json.loads(_docker(deployed, "container", "inspect", container).stdout)[0]["State"]
+    state = json.loads(_docker(deployed.environment.env, "container", "inspect", container).stdout)[
+        0
+    ]["State"]
     assert not state["Running"]
     (record,) = [
         r for r in _finished_dagster_runs(cancelled) if r.dagster_run.job_name.endswith("_batch")

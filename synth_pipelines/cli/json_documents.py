@@ -341,6 +341,18 @@ class ServiceStarted(Document):
     """What the model service serves (None for the other services)."""
 
 
+class ProductionDeploymentStarted(Document):
+    env_file: str
+    """The deployment's variables: `set -a; . FILE; set +a` points `synth` at it."""
+    image: str
+    """The project's image every Dagster run's container runs."""
+    docker_host: str
+    dagster_url: str
+    seconds: float
+    """From the command's start until every service answered."""
+    services: list[ServiceStarted]
+
+
 class ServiceStopped(Document):
     service: str
     stopped: bool
@@ -615,6 +627,8 @@ DOCUMENTS: dict[str, Any] = {
     "agent run": AgentRunDocument,
     "up": list[ServiceStarted],
     "down": list[ServiceStopped],
+    "up --production": ProductionDeploymentStarted,
+    "down --production": list[ServiceStopped],
     "proxy token": TokenDocument,
     "image list": ImageCacheDocument,
     "image build": list[ImageBuildDocument],

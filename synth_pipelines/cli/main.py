@@ -22,7 +22,7 @@ COMMANDS = {
     "up": CommandSource(
         "synth_pipelines.cli.services:up",
         "Start the embedded services unless they run: model service, proxy, Dagster code "
-        "server, daemon and UI.",
+        "server, daemon and UI (--production: the production-shaped deployment).",
     ),
     "down": CommandSource("synth_pipelines.cli.services:down", "Stop the embedded services."),
     "dataset": CommandSource(

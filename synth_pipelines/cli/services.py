@@ -1,78 +1,211 @@
-"""`synth up` / `synth down`: the embedded default's background services."""
+"""`synth up` / `synth down`: the embedded default's background services, or with
+`--production` the production-shaped deployment on this host (`services/production.py`)."""
 
 from __future__ import annotations
 
-import typer
-from rich.table import Table
+import os
+import time
+from collections.abc import Callable
+from typing import Any
 
-from synth_pipelines.cli.output import JSON_OPTION, console, emit, fail
-from synth_pipelines.config import settings
+import typer
+
+from synth_pipelines.cli.output import (
+    JSON_OPTION,
+    console,
+    emit,
+    errors,
+    fail,
+    folding_table,
+    user_errors,
+)
+from synth_pipelines.config import Settings, settings
 
 services_app = typer.Typer()
 
+PRODUCTION_OPTION = typer.Option(
+    False,
+    "--production",
+    help="The production-shaped deployment: PostgreSQL, an S3-compatible server, the "
+    "services, and every Dagster run in a container of the project's image.",
+)
+
+
+def _started_row(config: Settings, service: Any, pid: int, started: bool) -> dict[str, Any]:
+    from synth_pipelines.runtime.served_models import model_service_capabilities
+    from synth_pipelines.services.embedded import MODEL_SERVICE
+    from synth_pipelines.services.supervisor import log_file
+
+    return {
+        "service": service.name,
+        "pid": pid,
+        "started": started,
+        "address": service.address,
+        "log": str(log_file(config.state_dir, service.name)),
+        "models": list(model_service_capabilities(service.address, config.tinker_api_key))
+        if service.name == MODEL_SERVICE
+        else None,
+    }
+
+
+def _start_all(
+    config: Settings, services: list[Any], say: Callable[[str], None] | None = None
+) -> list[dict[str, Any]]:
+    from synth_pipelines.services.supervisor import ServiceStartError, start
+
+    rows = []
+    for service in services:
+        try:
+            pid, started = start(config.state_dir, service, cwd=config.project_root)
+        except ServiceStartError as error:
+            fail(str(error), code=1)
+        if say is not None:
+            say(f"{service.name}: {'started' if started else 'already running'}")
+        rows.append(_started_row(config, service, pid, started))
+    return rows
+
+
+def _services_table(rows: list[dict[str, Any]]) -> None:
+    table = folding_table("service", "state", "address", "log")
+    for row in rows:
+        state = "started" if row["started"] else "already running"
+        table.add_row(row["service"], state, row["address"], row["log"])
+    console.print(table)
+    for row in rows:
+        if row["models"] is not None:
+            console.print(f"the model service serves {', '.join(row['models'])}")
+
 
 @services_app.command("up")
-def up(as_json: bool = JSON_OPTION) -> None:
+def up(production: bool = PRODUCTION_OPTION, as_json: bool = JSON_OPTION) -> None:
     """Start the embedded services unless they run: model service, proxy, Dagster code server,
-    daemon and UI."""
+    daemon and UI. With --production, the production-shaped deployment (docs/deploy.md)."""
+    if production:
+        _up_production(as_json)
+        return
     from resources.dagster_instance import create_dagster_storage
-    from synth_pipelines.runtime.served_models import model_service_capabilities
-    from synth_pipelines.services.embedded import (
-        MODEL_SERVICE,
-        embedded_services,
-        write_code_server_workspace,
-    )
-    from synth_pipelines.services.supervisor import ServiceStartError, log_file, start
+    from synth_pipelines.services.embedded import embedded_services, write_code_server_workspace
 
     config = settings()
     config.dagster_home.mkdir(parents=True, exist_ok=True)
     create_dagster_storage(str(config.dagster_home))
     write_code_server_workspace(config)
-    rows = []
-    for service in embedded_services(config):
-        try:
-            pid, started = start(config.state_dir, service, cwd=config.project_root)
-        except ServiceStartError as error:
-            fail(str(error), code=1)
-        rows.append(
+    rows = _start_all(config, embedded_services(config))
+    emit("up", rows, as_json, lambda: _services_table(rows))
+
+
+def _production_services(config: Settings, values: dict[str, str]) -> list[Any]:
+    """Every service of the deployment in the order they start: the servers first."""
+    from synth_pipelines.services import production
+    from synth_pipelines.services.embedded import MODEL_SERVICE, embedded_services
+
+    layout = production.ProductionLayout(config.state_dir)
+    return [
+        *production.server_services(layout, values),
+        *(
+            service
+            for service in embedded_services(config)
+            if service.name != MODEL_SERVICE or production.local_model_service(values)
+        ),
+    ]
+
+
+def _production_settings(values: dict[str, str]) -> Settings:
+    """This process configured as the deployment's processes are."""
+    os.environ.update(values)
+    settings.cache_clear()
+    return settings()
+
+
+def _up_production(as_json: bool) -> None:
+    from resources.dagster_instance import create_dagster_storage
+    from synth_pipelines.runtime.project_image import ProjectImageError, build_project_image
+    from synth_pipelines.sandbox.errors import SandboxStartError
+    from synth_pipelines.services import production
+    from synth_pipelines.services.dockerd import DockerDaemonError, daemon
+    from synth_pipelines.services.embedded import write_code_server_workspace
+
+    def say(line: str) -> None:
+        errors.print(f"[dim]{line}[/]", highlight=False, soft_wrap=True)
+
+    began = time.monotonic()
+    operator = settings()
+    layout = production.ProductionLayout(operator.state_dir / "production")
+    with user_errors(
+        ProjectImageError, DockerDaemonError, SandboxStartError, production.ProductionError
+    ):
+        engine = daemon()
+        engine.ensure()
+        image = build_project_image(engine, say)
+        values = production.deployment_environment(
+            layout,
+            os.environ,
             {
-                "service": service.name,
-                "pid": pid,
-                "started": started,
-                "address": service.address,
-                "log": str(log_file(config.state_dir, service.name)),
-                "models": list(model_service_capabilities(service.address, config.tinker_api_key))
-                if service.name == MODEL_SERVICE
-                else None,
-            }
+                "SYNTH_PROJECT_IMAGE": image.tag,
+                "DOCKER_HOST": engine.host,
+                "DOCKER_CONFIG": str(engine.client_config),
+            },
+            operator.pool_max_active_attempts,
         )
+        config = _production_settings(values)
+        if production.initialize_postgres(layout, values):
+            say(f"database cluster made in {layout.postgres_data}")
+        services = _production_services(config, values)
+        rows = _start_all(config, services[:2], say)
+        made = production.create_databases(values)
+        if made:
+            say(f"databases made: {', '.join(made)}")
+        if production.create_bucket(values):
+            say(f"bucket made: {production.BUCKET}")
+        production.install_instance(
+            layout, operator.project_root / "dagster_home" / "dagster.docker.yaml"
+        )
+        create_dagster_storage(str(layout.dagster_home))
+        write_code_server_workspace(config)
+        rows += _start_all(config, services[2:], say)
+    document = {
+        "env_file": str(layout.env_file),
+        "image": image.tag,
+        "docker_host": engine.host,
+        "dagster_url": values["SYNTH_DAGSTER_URL"],
+        "seconds": round(time.monotonic() - began, 1),
+        "services": rows,
+    }
 
     def render() -> None:
-        table = Table("service", "state", "address", "log")
-        for row in rows:
-            state = "started" if row["started"] else "already running"
-            table.add_row(row["service"], state, row["address"], row["log"])
-        console.print(table)
-        for row in rows:
-            if row["models"] is not None:
-                console.print(f"the model service serves {', '.join(row['models'])}")
+        _services_table(rows)
+        console.print(f"every Dagster run in a container of {image.tag}")
+        console.print(f"Dagster UI: {values['SYNTH_DAGSTER_URL']}")
+        console.print(f"use it: set -a; . {layout.env_file}; set +a")
 
-    emit("up", rows, as_json, render)
+    emit("up --production", document, as_json, render)
 
 
 @services_app.command("down")
-def down(as_json: bool = JSON_OPTION) -> None:
-    """Stop the embedded services."""
+def down(production: bool = PRODUCTION_OPTION, as_json: bool = JSON_OPTION) -> None:
+    """Stop the embedded services (with --production, the production-shaped deployment:
+    its data stays, and `synth up --production` brings it back)."""
     from synth_pipelines.services.embedded import embedded_services
     from synth_pipelines.services.supervisor import stop
 
-    config = settings()
+    if production:
+        from synth_pipelines.services.production import ProductionLayout, read_env_file
+
+        layout = ProductionLayout(settings().state_dir / "production")
+        if not layout.env_file.exists():
+            fail(f"no production deployment in {layout.root}")
+        values = read_env_file(layout.env_file)
+        config = _production_settings(values)
+        services = _production_services(config, values)
+    else:
+        config = settings()
+        services = embedded_services(config)
     rows = [
         {"service": service.name, "stopped": stop(config.state_dir, service)}
-        for service in reversed(embedded_services(config))
+        for service in reversed(services)
     ]
     emit(
-        "down",
+        "down --production" if production else "down",
         rows,
         as_json,
         lambda: [

@@ -30,6 +30,8 @@ class Service:
     address: str
     env: dict[str, str] = field(default_factory=dict)
     ready_timeout_sec: float = 120.0
+    # What asks it to stop cleanly (PostgreSQL's SIGTERM waits for every client to leave).
+    stop_signal: int = signal.SIGTERM
 
 
 class ServiceStartError(RuntimeError):
@@ -133,7 +135,7 @@ def stop(state_dir: Path, service: Service, timeout_sec: float = 20.0) -> bool:
     if pid is None:
         _pid_file(state_dir, service.name).unlink(missing_ok=True)
         return False
-    os.killpg(pid, signal.SIGTERM)
+    os.killpg(pid, service.stop_signal)
     deadline = time.monotonic() + timeout_sec
     while time.monotonic() < deadline and running_pid(state_dir, service) == pid:
         time.sleep(0.2)
