@@ -29,6 +29,18 @@ def pytest_configure(config: pytest.Config) -> None:
     interrupts_by_default()
 
 
+def _wholly_slow(item: pytest.Item) -> bool:
+    marks = getattr(item.module, "pytestmark", [])
+    return any(mark.name == "slow" for mark in (marks if isinstance(marks, list) else [marks]))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # `make test` hands each worker whole files (a module's deployment is started once, not
+    # on both workers); the files whose every test is slow go first, so that the longest,
+    # the Docker deployment's, is never the last thing running while the other worker idles.
+    items.sort(key=lambda item: not _wholly_slow(item))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_sandbox_outlives_the_session(tmp_path_factory: pytest.TempPathFactory):
     """Reclaim the sandboxes of run workers the fault tests killed: their mounts and

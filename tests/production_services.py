@@ -208,6 +208,10 @@ class ProductionEnvironment:
     def state_dir(self) -> Path:
         return Path(self.env["SYNTH_DATA_DIR"])
 
+    @property
+    def dagster_home(self) -> Path:
+        return Path(self.env["DAGSTER_HOME"])
+
 
 def production_environment(
     root: Path, postgres: PostgresServer, s3: S3Server, instance: str = "dagster.production.yaml"

@@ -24,7 +24,11 @@ COMMANDS = {
         "Start the embedded services unless they run: model service, proxy, Dagster code "
         "server, daemon and UI (--production: the production-shaped deployment).",
     ),
-    "down": CommandSource("synth_pipelines.cli.services:down", "Stop the embedded services."),
+    "down": CommandSource(
+        "synth_pipelines.cli.services:down",
+        "Stop the embedded services (--production: the production-shaped deployment, whose "
+        "data stays for the next `synth up --production`).",
+    ),
     "dataset": CommandSource(
         "synth_pipelines.cli.datasets:dataset_app",
         "Publish and inspect immutable dataset versions.",

@@ -79,7 +79,7 @@ def _services_table(rows: list[dict[str, Any]]) -> None:
 @services_app.command("up")
 def up(production: bool = PRODUCTION_OPTION, as_json: bool = JSON_OPTION) -> None:
     """Start the embedded services unless they run: model service, proxy, Dagster code server,
-    daemon and UI. With --production, the production-shaped deployment (docs/deploy.md)."""
+    daemon and UI (--production: the production-shaped deployment)."""
     if production:
         _up_production(as_json)
         return
@@ -183,8 +183,8 @@ def _up_production(as_json: bool) -> None:
 
 @services_app.command("down")
 def down(production: bool = PRODUCTION_OPTION, as_json: bool = JSON_OPTION) -> None:
-    """Stop the embedded services (with --production, the production-shaped deployment:
-    its data stays, and `synth up --production` brings it back)."""
+    """Stop the embedded services (--production: the production-shaped deployment, whose
+    data stays for the next `synth up --production`)."""
     from synth_pipelines.services.embedded import embedded_services
     from synth_pipelines.services.supervisor import stop
 

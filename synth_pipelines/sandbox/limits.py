@@ -20,6 +20,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -36,6 +37,30 @@ KILL_RECHECK_SEC = 0.02
 # bwrap itself lives here with the sandbox's pid 1, so that it is counted against
 # the sandbox's limits and can reap pid 1 when it is killed.
 INIT_LEAF = "init"
+
+
+def kill_until_empty(
+    find: Callable[[], Collection[int]], describe: Callable[[Collection[int]], str]
+) -> None:
+    """SIGKILL every process `find` lists until it lists none twice, a moment apart.
+
+    A child still being forked is not listed yet, so one empty read is not proof; what
+    still lists processes after `KILL_DEADLINE_SEC` is raised as `describe` words it.
+    """
+    deadline = time.monotonic() + KILL_DEADLINE_SEC
+    empty_reads = 0
+    while empty_reads < 2:
+        pids = find()
+        empty_reads = 0 if pids else empty_reads + 1
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if pids and time.monotonic() > deadline:
+            raise SandboxCleanupError(
+                f"{describe(pids)} survived SIGKILL for {KILL_DEADLINE_SEC} s"
+            )
+        if empty_reads < 2:
+            time.sleep(KILL_RECHECK_SEC)
 
 
 @dataclass(frozen=True)
@@ -169,22 +194,11 @@ class SandboxCgroup:
         kill_file = self.directories[0] / leaf / "cgroup.kill"
         if self.hierarchy.version == 2 and kill_file.exists():
             _write(kill_file, "1")
-        deadline = time.monotonic() + KILL_DEADLINE_SEC
-        empty_reads = 0
-        while empty_reads < 2:
-            pids = self.processes(leaf)
-            empty_reads = 0 if pids else empty_reads + 1
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            if time.monotonic() > deadline:
-                raise SandboxCleanupError(
-                    f"processes {sorted(pids)} in sandbox cgroup "
-                    f"{'/'.join(filter(None, (self.name, leaf)))} survived SIGKILL for "
-                    f"{KILL_DEADLINE_SEC} s"
-                )
-            if empty_reads < 2:
-                time.sleep(KILL_RECHECK_SEC)
+        where = "/".join(filter(None, (self.name, leaf)))
+        kill_until_empty(
+            lambda: self.processes(leaf),
+            lambda pids: f"processes {sorted(pids)} in sandbox cgroup {where}",
+        )
 
     def kill_commands(self) -> None:
         """Kill every command's processes, leaving the sandbox's init to its owner."""

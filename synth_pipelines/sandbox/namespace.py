@@ -26,15 +26,14 @@ import os
 import shlex
 import shutil
 import signal
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from synth_pipelines.sandbox.commands import Process, Start
-from synth_pipelines.sandbox.errors import SandboxCleanupError, SandboxStartError
+from synth_pipelines.sandbox.errors import SandboxStartError
 from synth_pipelines.sandbox.launch_server import LaunchServer
-from synth_pipelines.sandbox.limits import KILL_DEADLINE_SEC, KILL_RECHECK_SEC
+from synth_pipelines.sandbox.limits import kill_until_empty
 from synth_pipelines.sandbox.userns import SETUP_ID, UserNamespace, host_id
 
 HOST_TOOLS = ("bwrap", "unshare", "setpriv")
@@ -215,24 +214,14 @@ class SandboxInit:
         read empty twice, a moment apart.
         """
         namespace = _pid_namespace(self.pid)
-        deadline = time.monotonic() + KILL_DEADLINE_SEC
-        empty_reads = 0
-        while empty_reads < 2:
-            found = [
+        kill_until_empty(
+            lambda: [
                 pid
                 for pid in _host_pids()
                 if _pid_namespace(pid) == namespace and _uid(pid) != host_id(SETUP_ID)
-            ]
-            empty_reads = 0 if found else empty_reads + 1
-            for pid in found:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            if found and time.monotonic() > deadline:
-                raise SandboxCleanupError(
-                    f"processes {found} of the sandbox survived SIGKILL for {KILL_DEADLINE_SEC} s"
-                )
-            if empty_reads < 2:
-                time.sleep(KILL_RECHECK_SEC)
+            ],
+            lambda pids: f"processes {list(pids)} of the sandbox",
+        )
 
     async def terminate(self) -> bool:
         """Kill pid 1 inside, which ends the pid namespace, then let bwrap reap it;

@@ -29,8 +29,12 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from synth_pipelines.services.supervisor import Service
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL
 
 BUCKET = "synth"
 DATABASE_USER = "synth"
@@ -181,24 +185,25 @@ def as_server_user(argv: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
 
 
-def _database_parts(values: Mapping[str, str]) -> tuple[str, str, int]:
-    credentials, _, address = values["SYNTH_DATABASE_URL"].split("://", 1)[1].partition("@")
-    host_port = address.split("/", 1)[0]
-    return credentials.split(":", 1)[1], host_port.rsplit(":", 1)[0], int(host_port.rsplit(":")[1])
+def _database_url(values: Mapping[str, str]) -> URL:
+    from sqlalchemy.engine import make_url
+
+    return make_url(values["SYNTH_DATABASE_URL"])
 
 
 def initialize_postgres(layout: ProductionLayout, values: Mapping[str, str]) -> bool:
     """Make the database cluster unless it exists; returns whether it was made now."""
     if (layout.postgres_data / "PG_VERSION").exists():
         return False
-    password, _, _ = _database_parts(values)
-    layout.postgres_dir.mkdir(parents=True, exist_ok=True)
+    layout.postgres_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    layout.postgres_dir.chmod(0o700)
     password_file = layout.postgres_dir / "initial-password"
-    password_file.write_text(password + "\n")
+    fd = os.open(password_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as sink:
+        sink.write(f"{_database_url(values).password}\n")
     if os.geteuid() == 0:
         shutil.chown(layout.postgres_dir, "postgres")
         shutil.chown(password_file, "postgres")
-    layout.postgres_dir.chmod(0o700)
     try:
         made = subprocess.run(
             as_server_user(
@@ -230,7 +235,8 @@ def initialize_postgres(layout: ProductionLayout, values: Mapping[str, str]) -> 
 
 def server_services(layout: ProductionLayout, values: Mapping[str, str]) -> list[Service]:
     """The database and the bucket's server, which every other service needs first."""
-    _, host, port = _database_parts(values)
+    database = _database_url(values)
+    host, port = database.host or "127.0.0.1", database.port or 5432
     s3 = values["SYNTH_S3_ENDPOINT_URL"]
     s3_port = s3.rsplit(":", 1)[1]
     layout.s3_journal.parent.mkdir(parents=True, exist_ok=True)
@@ -281,7 +287,7 @@ def create_databases(values: Mapping[str, str], timeout_sec: float = 60.0) -> li
     from sqlalchemy import create_engine, text
     from sqlalchemy.exc import OperationalError
 
-    admin_url = values["SYNTH_DATABASE_URL"].rsplit("/", 1)[0] + "/postgres"
+    admin_url = _database_url(values).set(database="postgres")
     engine = create_engine(admin_url, isolation_level="AUTOCOMMIT")
     deadline = time.monotonic() + timeout_sec
     try:
