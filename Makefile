@@ -47,7 +47,7 @@ demo: setup
 	@echo "Dagster UI: http://127.0.0.1:3000 (Assets > trials / assessments, partitions per batch; Runs tagged synth/run)"
 
 test: setup lint
-	$(VENV)/bin/pytest -q -n 2 --dist loadfile --durations=25
+	$(VENV)/bin/pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -35,9 +35,10 @@ def _wholly_slow(item: pytest.Item) -> bool:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # `make test` hands each worker whole files (a module's deployment is started once, not
-    # on both workers); the files whose every test is slow go first, so that the longest,
-    # the Docker deployment's, is never the last thing running while the other worker idles.
+    # `make test` hands each worker whole files in this order (a module's deployment is
+    # started once, not on both workers); the files whose every test is slow go first, so
+    # that the longest, the Docker deployment's, is never the last thing running while the
+    # other worker idles.
     items.sort(key=lambda item: not _wholly_slow(item))
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from synth_pipelines.services.production import (
     ProductionLayout,
     deployment_environment,
-    local_model_service,
+    local_servers,
     read_env_file,
 )
 from tests.conftest import PROJECT_ROOT
@@ -29,7 +29,7 @@ def test_the_first_start_writes_the_file_and_later_starts_keep_it(tmp_path: Path
     assert first["SYNTH_DATA_DIR"] == str(layout.root)
     assert first["DAGSTER_HOME"] == str(layout.dagster_home)
     assert len(first["SYNTH_PROXY_SIGNING_KEY"]) == 64
-    assert local_model_service(first)
+    assert local_servers(first) == {"postgres", "s3", "model-service"}
     ports = {
         first[name].rsplit(":", 1)[1]
         for name in ("SYNTH_S3_ENDPOINT_URL", "SYNTH_PROXY_URL", "SYNTH_DAGSTER_URL")
@@ -62,7 +62,7 @@ def test_a_named_tinker_service_replaces_the_local_model_service(tmp_path: Path)
     layout = ProductionLayout(tmp_path / "production")
     chosen = {"TINKER_BASE_URL": "http://tinker.example:8000", "TINKER_API_KEY": "tml-x"}
     values = deployment_environment(layout, chosen, IMAGE, 8)
-    assert not local_model_service(values)
+    assert local_servers(values) == {"postgres", "s3"}
     assert (
         values["TINKER_BASE_URL"] == values["SYNTH_MODEL_SERVICE_URL"] == chosen["TINKER_BASE_URL"]
     )

@@ -10,12 +10,21 @@ from sandbox_support import isolated_state, make_environment, make_task, require
 
 from synth_pipelines.sandbox.errors import SandboxCommandTimeoutError
 
-# The child detaches into its own session, so only a kill of the whole tree stops it. The
-# kill is over before the timeout or cancellation reaches the caller, so the tests look for
-# survivors right then; the child's delay only keeps a slow kill on a loaded host from
-# being taken for a missed one.
-LATE_WRITER = "setsid bash -c 'sleep 6; echo late > /app/marker' & sleep 30"
+# The child detaches into its own session, so only a kill of the whole tree stops it. It
+# appends to a file for as long as it lives: the file stops growing once it is killed,
+# however long a loaded host takes to get there. The kill is over before the timeout or
+# cancellation reaches the caller, so the tests look for survivors right then.
+WRITER = "setsid bash -c 'while :; do echo alive >> /app/marker; sleep 0.1; done' & sleep 30"
 SURVIVORS = "ps -e -o comm= | grep -c sleep || true"
+# Long enough for a surviving writer to append several times, even on a loaded host.
+GROWTH_WINDOW_SEC = 2.0
+
+
+async def _marker_grows(marker) -> bool:
+    """Whether the writer still appends to its file."""
+    before = marker.stat().st_size if marker.exists() else 0
+    await asyncio.sleep(GROWTH_WINDOW_SEC)
+    return (marker.stat().st_size if marker.exists() else 0) > before
 
 
 @pytest.fixture(autouse=True)
@@ -33,16 +42,16 @@ def test_timeout_kills_the_command_and_its_detached_children(tmp_path):
         try:
             started = time.monotonic()
             with pytest.raises(SandboxCommandTimeoutError, match="timed out after 1 seconds"):
-                await environment.exec(LATE_WRITER, timeout_sec=1)
+                await environment.exec(WRITER, timeout_sec=1)
             elapsed = time.monotonic() - started
             survivors = await environment.exec(SURVIVORS)
-            return elapsed, marker.exists(), survivors.stdout.strip()
+            return elapsed, await _marker_grows(marker), survivors.stdout.strip()
         finally:
             await environment.stop(delete=True)
 
-    elapsed, marker_written, sleeping = asyncio.run(go())
+    elapsed, still_writing, sleeping = asyncio.run(go())
     assert elapsed < 10  # the timeout, not the command's 30 s
-    assert not marker_written
+    assert not still_writing
     assert sleeping == "1"  # only the init's own sleep is left
 
 
@@ -54,18 +63,18 @@ def test_cancellation_kills_the_command_and_its_detached_children(tmp_path):
     async def go():
         await environment.start(force_build=False)
         try:
-            command = asyncio.create_task(environment.exec(LATE_WRITER))
+            command = asyncio.create_task(environment.exec(WRITER))
             await asyncio.sleep(0.5)
             command.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await command
             survivors = await environment.exec(SURVIVORS)
-            return marker.exists(), survivors.stdout.strip()
+            return await _marker_grows(marker), survivors.stdout.strip()
         finally:
             await environment.stop(delete=True)
 
-    marker_written, sleeping = asyncio.run(go())
-    assert not marker_written
+    still_writing, sleeping = asyncio.run(go())
+    assert not still_writing
     assert sleeping == "1"  # only the init's own sleep is left
 
 

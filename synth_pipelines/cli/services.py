@@ -95,18 +95,16 @@ def up(production: bool = PRODUCTION_OPTION, as_json: bool = JSON_OPTION) -> Non
 
 
 def _production_services(config: Settings, values: dict[str, str]) -> list[Any]:
-    """Every service of the deployment in the order they start: the servers first."""
+    """The deployment's services after its database and bucket: the model service (unless
+    a Tinker service is named), the proxy, the code server, the daemon, the webserver."""
     from synth_pipelines.services import production
     from synth_pipelines.services.embedded import MODEL_SERVICE, embedded_services
 
-    layout = production.ProductionLayout(config.state_dir)
+    local = production.local_servers(values)
     return [
-        *production.server_services(layout, values),
-        *(
-            service
-            for service in embedded_services(config)
-            if service.name != MODEL_SERVICE or production.local_model_service(values)
-        ),
+        service
+        for service in embedded_services(config)
+        if service.name != MODEL_SERVICE or production.MODEL_SERVICE in local
     ]
 
 
@@ -150,8 +148,7 @@ def _up_production(as_json: bool) -> None:
         config = _production_settings(values)
         if production.initialize_postgres(layout, values):
             say(f"database cluster made in {layout.postgres_data}")
-        services = _production_services(config, values)
-        rows = _start_all(config, services[:2], say)
+        rows = _start_all(config, production.server_services(layout, values), say)
         made = production.create_databases(values)
         if made:
             say(f"databases made: {', '.join(made)}")
@@ -162,7 +159,7 @@ def _up_production(as_json: bool) -> None:
         )
         create_dagster_storage(str(layout.dagster_home))
         write_code_server_workspace(config)
-        rows += _start_all(config, services[2:], say)
+        rows += _start_all(config, _production_services(config, values), say)
     document = {
         "env_file": str(layout.env_file),
         "image": image.tag,
@@ -189,14 +186,18 @@ def down(production: bool = PRODUCTION_OPTION, as_json: bool = JSON_OPTION) -> N
     from synth_pipelines.services.supervisor import stop
 
     if production:
-        from synth_pipelines.services.production import ProductionLayout, read_env_file
+        from synth_pipelines.services.production import (
+            ProductionLayout,
+            read_env_file,
+            server_services,
+        )
 
         layout = ProductionLayout(settings().state_dir / "production")
         if not layout.env_file.exists():
             fail(f"no production deployment in {layout.root}")
         values = read_env_file(layout.env_file)
         config = _production_settings(values)
-        services = _production_services(config, values)
+        services = [*server_services(layout, values), *_production_services(config, values)]
     else:
         config = settings()
         services = embedded_services(config)

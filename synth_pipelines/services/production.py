@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from synth_pipelines.services.embedded import MODEL_SERVICE
 from synth_pipelines.services.supervisor import Service
 
 if TYPE_CHECKING:
@@ -51,6 +52,10 @@ OPERATOR_CHOSEN = (
 # Where the project's image and the engine that runs it are: set on every start, since
 # the image is rebuilt whenever the code changes.
 PER_START = ("SYNTH_PROJECT_IMAGE", "DOCKER_HOST", "DOCKER_CONFIG")
+
+
+POSTGRES, S3 = "postgres", "s3"
+LOCAL_SERVERS = "SYNTH_PRODUCTION_LOCAL_SERVERS"
 
 
 class ProductionError(RuntimeError):
@@ -138,8 +143,13 @@ def _new_environment(
         "SYNTH_ADMISSION_POOL": socket.gethostname(),
         "SYNTH_POOL_MAX_ACTIVE_ATTEMPTS": str(pool_attempts),
         "TINKER_TELEMETRY": "0",
-        # Read only by `synth up --production`: whether it runs the model service itself.
-        "SYNTH_PRODUCTION_MODEL_SERVICE": "external" if chosen.get("TINKER_BASE_URL") else "local",
+        # Read only by `synth up --production`: the servers it runs itself. Take one out
+        # (and point its variables elsewhere) to use a database or bucket of your own.
+        LOCAL_SERVERS: ",".join(
+            name
+            for name in (POSTGRES, S3, MODEL_SERVICE)
+            if name != MODEL_SERVICE or not chosen.get("TINKER_BASE_URL")
+        ),
         **{name: chosen[name] for name in OPERATOR_CHOSEN if chosen.get(name)},
     }
 
@@ -164,9 +174,10 @@ def deployment_environment(
     return values
 
 
-def local_model_service(values: Mapping[str, str]) -> bool:
-    """Whether the deployment runs its own model service (no other Tinker service named)."""
-    return values.get("SYNTH_PRODUCTION_MODEL_SERVICE") == "local"
+def local_servers(values: Mapping[str, str]) -> set[str]:
+    """Which of the database, the bucket's server and the model service the deployment
+    runs itself (`postgres`, `s3`, `model-service`)."""
+    return set(filter(None, values.get(LOCAL_SERVERS, "").split(",")))
 
 
 def postgres_bin_dir() -> Path:
@@ -192,8 +203,9 @@ def _database_url(values: Mapping[str, str]) -> URL:
 
 
 def initialize_postgres(layout: ProductionLayout, values: Mapping[str, str]) -> bool:
-    """Make the database cluster unless it exists; returns whether it was made now."""
-    if (layout.postgres_data / "PG_VERSION").exists():
+    """Make the database cluster unless it exists (or the database is not the deployment's
+    own); returns whether it was made now."""
+    if POSTGRES not in local_servers(values) or (layout.postgres_data / "PG_VERSION").exists():
         return False
     layout.postgres_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     layout.postgres_dir.chmod(0o700)
@@ -234,15 +246,16 @@ def initialize_postgres(layout: ProductionLayout, values: Mapping[str, str]) -> 
 
 
 def server_services(layout: ProductionLayout, values: Mapping[str, str]) -> list[Service]:
-    """The database and the bucket's server, which every other service needs first."""
+    """The database and the bucket's server, which every other service needs first: those
+    of them the deployment runs itself."""
     database = _database_url(values)
     host, port = database.host or "127.0.0.1", database.port or 5432
     s3 = values["SYNTH_S3_ENDPOINT_URL"]
     s3_port = s3.rsplit(":", 1)[1]
     layout.s3_journal.parent.mkdir(parents=True, exist_ok=True)
-    return [
+    servers = [
         Service(
-            name="postgres",
+            name=POSTGRES,
             argv=as_server_user(
                 [
                     str(postgres_bin_dir() / "postgres"),
@@ -264,7 +277,7 @@ def server_services(layout: ProductionLayout, values: Mapping[str, str]) -> list
             stop_signal=signal.SIGINT,  # "fast" shutdown: ends sessions, then stops cleanly
         ),
         Service(
-            name="s3",
+            name=S3,
             argv=[
                 sys.executable,
                 "-m",
@@ -280,6 +293,7 @@ def server_services(layout: ProductionLayout, values: Mapping[str, str]) -> list
             address=s3,
         ),
     ]
+    return [server for server in servers if server.name in local_servers(values)]
 
 
 def create_databases(values: Mapping[str, str], timeout_sec: float = 60.0) -> list[str]:
