@@ -155,11 +155,11 @@ def _boto_credentials() -> dict[str, str]:
 
 
 @contextmanager
-def running_s3_server() -> Iterator[S3Server]:
-    moto = Path(sys.executable).parent / "moto_server"
-    port = free_port()
+def moto_process(argv: list[str], port: int, stop: signal.Signals) -> Iterator[str]:
+    """A moto server started with `argv` on `port`, once it answers; its endpoint. Ended
+    with `stop` sent to its process group."""
     process = subprocess.Popen(
-        [str(moto), "-H", "127.0.0.1", "-p", str(port)],
+        argv,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -173,12 +173,19 @@ def running_s3_server() -> Iterator[S3Server]:
                 break
             except httpx.HTTPError:
                 if process.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"moto_server did not start on port {port}")
+                    pytest.fail(f"{Path(argv[0]).name} did not start on port {port}")
                 time.sleep(0.2)
-        yield S3Server(endpoint)
+        yield endpoint
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
+        os.killpg(process.pid, stop)
         process.wait(timeout=30)
+
+
+@contextmanager
+def running_s3_server() -> Iterator[S3Server]:
+    moto, port = Path(sys.executable).parent / "moto_server", free_port()
+    with moto_process([str(moto), "-H", "127.0.0.1", "-p", str(port)], port, signal.SIGTERM) as url:
+        yield S3Server(url)
 
 
 @pytest.fixture(scope="session")

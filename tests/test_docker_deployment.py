@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import pytest
@@ -65,32 +66,28 @@ class DockerDeployment(DeploymentCli):
     """The environment `synth up --production` was first run with."""
 
 
-def _up(env: dict[str, str]) -> dict:
-    """`synth up --production --json`, the one command an operator runs; the first of a
-    fresh image cache builds the project's image (minutes)."""
-    up = subprocess.run(
-        [sys.executable, "-m", "synth_pipelines.cli", "up", "--production", "--json"],
+def _production(env: dict[str, str], command: str, timeout: float) -> Any:
+    """`synth up|down --production --json`, as an operator runs it; its JSON document."""
+    done = subprocess.run(
+        [sys.executable, "-m", "synth_pipelines.cli", command, "--production", "--json"],
         cwd=PROJECT_ROOT,
         env=env,
         capture_output=True,
         text=True,
-        timeout=1500,
+        timeout=timeout,
     )
-    assert up.returncode == 0, up.stderr
-    return json.loads(up.stdout)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _up(env: dict[str, str]) -> dict:
+    """The one command an operator runs; the first of a fresh image cache builds the
+    project's image (minutes)."""
+    return _production(env, "up", 1500)
 
 
 def _down(env: dict[str, str]) -> list[dict]:
-    down = subprocess.run(
-        [sys.executable, "-m", "synth_pipelines.cli", "down", "--production", "--json"],
-        cwd=PROJECT_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert down.returncode == 0, down.stderr
-    return json.loads(down.stdout)
+    return _production(env, "down", 300)
 
 
 @pytest.fixture(scope="module")

@@ -7,49 +7,29 @@ import io
 import json
 import os
 import signal
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import boto3
-import httpx
 import pytest
 from botocore.exceptions import ClientError
 
 from synth_pipelines.services.journaled_s3 import WRITES
 from synth_pipelines.storage.objectstore import ObjectExistsError, S3ObjectStore, sha256_hex
-from tests.production_services import free_port
+from tests.production_services import free_port, moto_process
 
 
 @contextmanager
 def journaled_server(journal: Path, port: int) -> Iterator[str]:
     """The server as the deployment runs it; killed outright (SIGKILL) on leaving."""
-    process = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "synth_pipelines.services.journaled_s3"),
-            *("--port", str(port), "--journal", str(journal)),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(f"{endpoint}/moto-api/", timeout=2)
-                break
-            except httpx.HTTPError:
-                assert process.poll() is None and time.monotonic() < deadline, "no server"
-                time.sleep(0.2)
+    argv = [
+        *(sys.executable, "-m", "synth_pipelines.services.journaled_s3"),
+        *("--port", str(port), "--journal", str(journal)),
+    ]
+    with moto_process(argv, port, signal.SIGKILL) as endpoint:
         yield endpoint
-    finally:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=30)
 
 
 @pytest.fixture

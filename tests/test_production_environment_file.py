@@ -22,7 +22,7 @@ IMAGE = {"SYNTH_PROJECT_IMAGE": "synth-pipelines:a", "DOCKER_HOST": "unix:///d.s
 
 
 def test_the_first_start_writes_the_file_and_later_starts_keep_it(tmp_path: Path):
-    layout = ProductionLayout(tmp_path / "production")
+    layout = ProductionLayout.under(tmp_path)
     first = deployment_environment(layout, {"SYNTH_POOL_MAX_ACTIVE_ATTEMPTS": "3"}, IMAGE, 8)
     assert stat.S_IMODE(layout.env_file.stat().st_mode) == 0o600  # it holds the signing key
     assert first["SYNTH_POOL_MAX_ACTIVE_ATTEMPTS"] == "3"  # the operator's choice, kept
@@ -59,7 +59,7 @@ def test_the_first_start_writes_the_file_and_later_starts_keep_it(tmp_path: Path
 
 
 def test_a_named_tinker_service_replaces_the_local_model_service(tmp_path: Path):
-    layout = ProductionLayout(tmp_path / "production")
+    layout = ProductionLayout.under(tmp_path)
     chosen = {"TINKER_BASE_URL": "http://tinker.example:8000", "TINKER_API_KEY": "tml-x"}
     values = deployment_environment(layout, chosen, IMAGE, 8)
     assert local_servers(values) == {"postgres", "s3"}

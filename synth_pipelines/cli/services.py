@@ -128,7 +128,7 @@ def _up_production(as_json: bool) -> None:
 
     began = time.monotonic()
     operator = settings()
-    layout = production.ProductionLayout(operator.state_dir / "production")
+    layout = production.ProductionLayout.under(operator.state_dir)
     with user_errors(
         ProjectImageError, DockerDaemonError, SandboxStartError, production.ProductionError
     ):
@@ -192,7 +192,7 @@ def down(production: bool = PRODUCTION_OPTION, as_json: bool = JSON_OPTION) -> N
             server_services,
         )
 
-        layout = ProductionLayout(settings().state_dir / "production")
+        layout = ProductionLayout.under(settings().state_dir)
         if not layout.env_file.exists():
             fail(f"no production deployment in {layout.root}")
         values = read_env_file(layout.env_file)

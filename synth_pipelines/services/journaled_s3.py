@@ -38,6 +38,7 @@ _HOP_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connec
 def compact(journal: Path) -> int:
     """Keep only the requests that change state, in order; returns how many remain."""
     if not journal.exists():
+        journal.parent.mkdir(parents=True, exist_ok=True)
         journal.touch()
         return 0
     kept = [

@@ -66,6 +66,11 @@ class ProductionError(RuntimeError):
 class ProductionLayout:
     root: Path
 
+    @classmethod
+    def under(cls, state_dir: Path) -> ProductionLayout:
+        """The deployment of the operator whose state directory is `state_dir`."""
+        return cls(state_dir / "production")
+
     @property
     def env_file(self) -> Path:
         return self.root / "deployment.env"
@@ -252,7 +257,6 @@ def server_services(layout: ProductionLayout, values: Mapping[str, str]) -> list
     host, port = database.host or "127.0.0.1", database.port or 5432
     s3 = values["SYNTH_S3_ENDPOINT_URL"]
     s3_port = s3.rsplit(":", 1)[1]
-    layout.s3_journal.parent.mkdir(parents=True, exist_ok=True)
     servers = [
         Service(
             name=POSTGRES,
