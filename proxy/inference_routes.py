@@ -14,7 +14,7 @@ import itertools
 import os
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,23 +23,16 @@ from sqlalchemy import Engine
 
 from proxy.capture import stage_text_call
 from proxy.chat_translation import chat_message, chat_request
+from proxy.message_stream import FaultRecorder, message_stream
 from proxy.revocations import revoked_message
 from proxy.worker_messages import CallRecord
 from synth_pipelines.contracts.api_errors import ApiError
 from synth_pipelines.contracts.interaction import Interaction
 from synth_pipelines.contracts.messages import (
     Message,
-    MessageDelta,
-    MessageDeltaEvent,
-    MessageDeltaUsage,
     MessagesRequest,
-    MessageStartEvent,
-    MessageStopEvent,
-    PingEvent,
     Usage,
-    content_block_events,
     parse_messages_request,
-    sse_frame,
 )
 from synth_pipelines.evidence.spool import Spool
 from synth_pipelines.rendering.model_registry import (
@@ -50,9 +43,6 @@ from synth_pipelines.rendering.model_registry import (
 )
 
 ANTHROPIC_VERSION = "2023-06-01"
-PING_INTERVAL_SEC = 10.0
-
-FaultRecorder = Callable[[ApiError], Awaitable[None]]
 
 
 class InferenceRoutes:
@@ -94,7 +84,7 @@ class InferenceRoutes:
             )
         return message
 
-    async def stream(
+    def stream(
         self,
         call_id: str,
         entry: ModelEntry,
@@ -109,33 +99,7 @@ class InferenceRoutes:
             model=entry.id,
             usage=Usage(input_tokens=prompt_tokens, output_tokens=0),
         )
-        yield sse_frame(MessageStartEvent(message=start))
-        work = asyncio.ensure_future(self.complete(call_id, entry, body, record))
-        try:
-            while True:
-                done, _ = await asyncio.wait({work}, timeout=PING_INTERVAL_SEC)
-                if done:
-                    break
-                yield sse_frame(PingEvent())
-            message = work.result()
-        except ApiError as error:
-            await on_error(error)
-            yield sse_frame(error.response())
-            return
-        finally:
-            if not work.done():
-                work.cancel()
-        events = [
-            event
-            for index, block in enumerate(message.content)
-            for event in content_block_events(index, block)
-        ]
-        delta = MessageDelta(stop_reason=message.stop_reason, stop_sequence=message.stop_sequence)
-        usage = MessageDeltaUsage(
-            output_tokens=message.usage.output_tokens, input_tokens=message.usage.input_tokens
-        )
-        events.extend([MessageDeltaEvent(delta=delta, usage=usage), MessageStopEvent()])
-        yield b"".join(sse_frame(event) for event in events)
+        return message_stream(start, lambda: self.complete(call_id, entry, body, record), on_error)
 
     async def _ask(
         self, route: InferenceRoute, request: MessagesRequest, max_tokens: int, message_id: str

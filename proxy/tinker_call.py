@@ -2,7 +2,7 @@
 or streamed.
 
 A streamed call's `message_start` goes out before sampling starts, and pings while the
-worker samples; the rest of the message follows in one write.
+worker samples; the rest of the message follows in one write (`proxy/message_stream.py`).
 """
 
 from __future__ import annotations
@@ -12,25 +12,13 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from proxy.message_stream import message_stream
 from proxy.state import ProxyState
 from proxy.worker_messages import CallRecord, ErrorResult, Finished, Prepared
 from synth_pipelines.contracts.api_errors import ApiError
-from synth_pipelines.contracts.messages import (
-    Message,
-    MessageDelta,
-    MessageDeltaEvent,
-    MessageDeltaUsage,
-    MessageStartEvent,
-    MessageStopEvent,
-    PingEvent,
-    Usage,
-    content_block_events,
-    sse_frame,
-)
+from synth_pipelines.contracts.messages import Message, Usage
 from synth_pipelines.contracts.scoped_token import TokenClaims
 from synth_pipelines.rendering.model_registry import TinkerRoute
-
-PING_INTERVAL_SEC = 10.0
 
 
 @dataclass
@@ -69,47 +57,15 @@ class TinkerCall:
         metrics.requests.labels("messages", "ok").inc()
         return finished.message
 
-    async def stream(self) -> AsyncIterator[bytes]:
+    def stream(self) -> AsyncIterator[bytes]:
         start = Message(
             id=f"msg_{self.call_id}",
             content=[],
             model=self.prepared.model,
             usage=Usage(input_tokens=self.prepared.prompt_tokens, output_tokens=0),
         )
-        yield sse_frame(MessageStartEvent(message=start))
-        yield sse_frame(PingEvent())
-        work = asyncio.ensure_future(self.complete())
-        try:
-            while True:
-                done, _ = await asyncio.wait({work}, timeout=PING_INTERVAL_SEC)
-                if done:
-                    break
-                yield sse_frame(PingEvent())
-            message = work.result()
-        except ApiError as error:
-            self.state.metrics.requests.labels("messages", error.error_type).inc()
-            await self.state.record_fault(self.claims, error)
-            yield sse_frame(error.response())
-            return
-        finally:
-            if not work.done():
-                work.cancel()
-        # The sampler answers whole, so the rest of the stream goes out in one write.
-        events = [
-            event
-            for index, block in enumerate(message.content)
-            for event in content_block_events(index, block)
-        ]
-        events.append(
-            MessageDeltaEvent(
-                delta=MessageDelta(
-                    stop_reason=message.stop_reason, stop_sequence=message.stop_sequence
-                ),
-                usage=MessageDeltaUsage(
-                    output_tokens=message.usage.output_tokens,
-                    input_tokens=message.usage.input_tokens,
-                ),
-            )
-        )
-        events.append(MessageStopEvent())
-        yield b"".join(sse_frame(event) for event in events)
+        return message_stream(start, self.complete, self._record_error)
+
+    async def _record_error(self, error: ApiError) -> None:
+        self.state.metrics.requests.labels("messages", error.error_type).inc()
+        await self.state.record_fault(self.claims, error)
