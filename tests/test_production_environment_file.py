@@ -1,6 +1,7 @@
 """`synth up --production` keeps its deployment's variables in one file: written once,
-readable by its owner only, read back on every later start; and `synth down --production`
-without a deployment says so in one line."""
+readable by its owner only, read back on every later start; the servers it names as its own
+are the only ones it runs; and `synth down --production` without a deployment says so in one
+line."""
 
 from __future__ import annotations
 
@@ -10,11 +11,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from synth_pipelines.services import production
 from synth_pipelines.services.production import (
     ProductionLayout,
     deployment_environment,
     local_servers,
     read_env_file,
+    server_services,
 )
 from tests.conftest import PROJECT_ROOT
 
@@ -67,6 +72,21 @@ def test_a_named_tinker_service_replaces_the_local_model_service(tmp_path: Path)
         values["TINKER_BASE_URL"] == values["SYNTH_MODEL_SERVICE_URL"] == chosen["TINKER_BASE_URL"]
     )
     assert values["TINKER_API_KEY"] == "tml-x"
+
+
+def test_a_database_of_the_operators_own_needs_no_local_postgresql(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    layout = ProductionLayout.under(tmp_path)
+    values = deployment_environment(layout, {}, IMAGE, 8)
+    values["SYNTH_PRODUCTION_LOCAL_SERVERS"] = "s3,model-service"
+
+    # A host without PostgreSQL: only the deployment's own database would need it.
+    def not_installed() -> Path:
+        raise production.ProductionError("PostgreSQL is not installed; run `make setup`")
+
+    monkeypatch.setattr(production, "postgres_bin_dir", not_installed)
+    assert [service.name for service in server_services(layout, values)] == ["s3"]
 
 
 def test_down_without_a_deployment_is_one_line_and_exit_2(tmp_path: Path):

@@ -252,52 +252,62 @@ def initialize_postgres(layout: ProductionLayout, values: Mapping[str, str]) -> 
 
 def server_services(layout: ProductionLayout, values: Mapping[str, str]) -> list[Service]:
     """The database and the bucket's server, which every other service needs first: those
-    of them the deployment runs itself."""
+    of them the deployment runs itself (a database of the operator's own needs no local
+    PostgreSQL installed)."""
+    local = local_servers(values)
+    servers = []
+    if POSTGRES in local:
+        servers.append(_postgres_service(layout, values))
+    if S3 in local:
+        servers.append(_s3_service(layout, values))
+    return servers
+
+
+def _postgres_service(layout: ProductionLayout, values: Mapping[str, str]) -> Service:
     database = _database_url(values)
     host, port = database.host or "127.0.0.1", database.port or 5432
+    return Service(
+        name=POSTGRES,
+        argv=as_server_user(
+            [
+                str(postgres_bin_dir() / "postgres"),
+                "-D",
+                str(layout.postgres_data),
+                "-h",
+                host,
+                "-p",
+                str(port),
+                "-k",
+                str(layout.postgres_dir),
+                "-c",
+                "max_connections=300",
+            ]
+        ),
+        # The server makes its socket once it accepts connections.
+        health_url=f"unix://{layout.postgres_dir}/.s.PGSQL.{port}",
+        address=f"{host}:{port}",
+        stop_signal=signal.SIGINT,  # "fast" shutdown: ends sessions, then stops cleanly
+    )
+
+
+def _s3_service(layout: ProductionLayout, values: Mapping[str, str]) -> Service:
     s3 = values["SYNTH_S3_ENDPOINT_URL"]
-    s3_port = s3.rsplit(":", 1)[1]
-    servers = [
-        Service(
-            name=POSTGRES,
-            argv=as_server_user(
-                [
-                    str(postgres_bin_dir() / "postgres"),
-                    "-D",
-                    str(layout.postgres_data),
-                    "-h",
-                    host,
-                    "-p",
-                    str(port),
-                    "-k",
-                    str(layout.postgres_dir),
-                    "-c",
-                    "max_connections=300",
-                ]
-            ),
-            # The server makes its socket once it accepts connections.
-            health_url=f"unix://{layout.postgres_dir}/.s.PGSQL.{port}",
-            address=f"{host}:{port}",
-            stop_signal=signal.SIGINT,  # "fast" shutdown: ends sessions, then stops cleanly
-        ),
-        Service(
-            name=S3,
-            argv=[
-                sys.executable,
-                "-m",
-                "synth_pipelines.services.journaled_s3",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                s3_port,
-                "--journal",
-                str(layout.s3_journal),
-            ],
-            health_url=f"{s3}/moto-api/",
-            address=s3,
-        ),
-    ]
-    return [server for server in servers if server.name in local_servers(values)]
+    return Service(
+        name=S3,
+        argv=[
+            sys.executable,
+            "-m",
+            "synth_pipelines.services.journaled_s3",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            s3.rsplit(":", 1)[1],
+            "--journal",
+            str(layout.s3_journal),
+        ],
+        health_url=f"{s3}/moto-api/",
+        address=s3,
+    )
 
 
 def create_databases(values: Mapping[str, str], timeout_sec: float = 60.0) -> list[str]:
