@@ -45,6 +45,12 @@ class ProxyState:
     inference: InferenceRoutes
     """Calls to inference-only routes (not tinker), made from this process."""
 
+    async def record_stream_error(self, claims: TokenClaims, error: ApiError) -> None:
+        """An error that ends a stream: counted under its type, since the stream's 200
+        went out before it, and recorded as any error is."""
+        self.metrics.requests.labels("messages", error.error_type).inc()
+        await self.record_fault(claims, error)
+
     async def record_fault(self, claims: TokenClaims | None, error: ApiError) -> None:
         """Durably, before the error response goes out: the runtime reads it once the
         harness has ended, which may be as soon as it has this response."""

@@ -8,6 +8,7 @@ worker samples; the rest of the message follows in one write (`proxy/message_str
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -15,7 +16,6 @@ from dataclasses import dataclass
 from proxy.message_stream import message_stream
 from proxy.state import ProxyState
 from proxy.worker_messages import CallRecord, ErrorResult, Finished, Prepared
-from synth_pipelines.contracts.api_errors import ApiError
 from synth_pipelines.contracts.messages import Message, Usage
 from synth_pipelines.contracts.scoped_token import TokenClaims
 from synth_pipelines.rendering.model_registry import TinkerRoute
@@ -64,8 +64,6 @@ class TinkerCall:
             model=self.prepared.model,
             usage=Usage(input_tokens=self.prepared.prompt_tokens, output_tokens=0),
         )
-        return message_stream(start, self.complete, self._record_error)
-
-    async def _record_error(self, error: ApiError) -> None:
-        self.state.metrics.requests.labels("messages", error.error_type).inc()
-        await self.state.record_fault(self.claims, error)
+        return message_stream(
+            start, self.complete, functools.partial(self.state.record_stream_error, self.claims)
+        )

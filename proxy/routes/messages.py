@@ -8,6 +8,7 @@ this process (`proxy.inference_routes`).
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 
@@ -146,11 +147,8 @@ async def _inference_response(
     record: CallRecord,
     claims: TokenClaims,
 ) -> Response:
-    async def on_error(error: ApiError) -> None:
-        state.metrics.requests.labels("messages", error.error_type).inc()
-        await state.record_fault(claims, error)
-
     if prepared.stream:
+        on_error = functools.partial(state.record_stream_error, claims)
         events = state.inference.stream(
             call_id, entry, body, record, prepared.prompt_tokens, on_error
         )
