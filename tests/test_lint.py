@@ -1,6 +1,6 @@
-"""The code passes the project's own checks, as `make lint` runs them: part of the suite, so
-that `make test` runs them on one worker while the other runs tests (each is one process
-on one core)."""
+"""The code passes the project's own checks (`make lint` runs just these): part of the suite,
+so that `make test` runs them on one worker while the other runs tests (each is one
+process on one core)."""
 
 from __future__ import annotations
 
