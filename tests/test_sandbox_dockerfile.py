@@ -20,7 +20,7 @@ def state_dir(tmp_path, monkeypatch):
     ("instruction", "reason"),
     [
         (
-            "RUN --mount=type=cache,target=/root/.cache pip install pytest",
+            "RUN --mount=type=cache,target=/var/cache/pip pip install pytest",
             "RUN --mount needs a container engine's build",
         ),
         ("FROM alpine AS second", "multi-stage builds"),
