@@ -28,11 +28,11 @@ import shlex
 import shutil
 import tarfile
 import tempfile
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO, Protocol
 
-from synth_pipelines.config import Settings
 from synth_pipelines.sandbox.attach import attach
 from synth_pipelines.sandbox.bases import BASE_ENV, BaseImages, resolve_base
 from synth_pipelines.sandbox.commands import CommandTimedOut, Completed, Process, run_to_completion
@@ -46,7 +46,8 @@ from synth_pipelines.sandbox.dockerfile import (
 )
 from synth_pipelines.sandbox.errors import ImageBuildError, SandboxUserError
 from synth_pipelines.sandbox.filesystem import resolve_sources
-from synth_pipelines.sandbox.image_root import image_bwrap_arguments, make_file
+from synth_pipelines.sandbox.identity import ROOT, Identity
+from synth_pipelines.sandbox.image_mounts import image_bwrap_arguments, make_file
 from synth_pipelines.sandbox.layers import Layer, LayerStore
 from synth_pipelines.sandbox.namespace import SandboxInit
 from synth_pipelines.sandbox.overlay import mount_overlay, mount_point, unmount
@@ -58,6 +59,23 @@ OUTPUT_TAIL_LINES = 20
 STAGED = "staged"
 
 Progress = Callable[[str], None]
+
+
+class ImageCacheSettings(Protocol):
+    """Where the image cache lives and how it builds, under the names the platform's
+    settings and the bwrap environment's options both give them."""
+
+    @property
+    def images_dir(self) -> Path: ...
+
+    @property
+    def debian_mirror(self) -> str: ...
+
+    @property
+    def image_step_timeout_sec(self) -> float: ...
+
+    @property
+    def image_cache_mb(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -77,13 +95,6 @@ class Image:
     @property
     def size_bytes(self) -> int:
         return sum(layer.size_bytes for layer in self.layers)
-
-
-@dataclass(frozen=True)
-class Identity:
-    uid: int
-    gid: int
-    home: str
 
 
 def step_key(parent: str, step: Step, *, user: str, workdir: str, inputs: str) -> str:
@@ -106,7 +117,9 @@ class ImageBuilder:
     """Builds images under `root` (`<root>/bases`, `<root>/layers`)."""
 
     @classmethod
-    def configured(cls, config: Settings, progress: Progress | None = None) -> ImageBuilder:
+    def configured(
+        cls, config: ImageCacheSettings, progress: Progress | None = None
+    ) -> ImageBuilder:
         """The builder of the configured image cache, with its bound and limits."""
         return cls(
             config.images_dir,
@@ -280,7 +293,7 @@ def _owned(member: tarfile.TarInfo, chmod: int | None) -> tarfile.TarInfo:
     return member
 
 
-def _pack_copy(step: CopyStep, context: Path, archive_file) -> str | None:
+def _pack_copy(step: CopyStep, context: Path, archive_file: BinaryIO) -> str | None:
     """Write the tar stream of a copy (paths from `/`); for one plain file to a
     destination that may be a directory in the image, the file alone under `STAGED`,
     and its name is returned."""
@@ -345,7 +358,7 @@ class BuildSandbox:
     """A bubblewrap init on an overlay of `lowers` whose upper is `upper`, with the
     host's network, for one build step (or a look inside a built image)."""
 
-    root = Identity(0, 0, "/root")
+    root = ROOT
 
     def __init__(self, init: SandboxInit, on_line: Callable[[str], None] | None):
         self.init = init
@@ -360,7 +373,7 @@ class BuildSandbox:
         lowers: list[Path],
         upper: Path,
         on_line: Callable[[str], None] | None = None,
-    ):
+    ) -> AsyncIterator[BuildSandbox]:
         scratch = upper.parent
         merged, work = mount_point(f"build-{scratch.name}"), scratch / "work"
         upper.mkdir(parents=True, exist_ok=True)
