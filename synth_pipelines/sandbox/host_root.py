@@ -25,9 +25,9 @@ from synth_pipelines.sandbox.filesystem import (
     writable_top,
 )
 from synth_pipelines.sandbox.identity import (
-    OTHER_HOME,
     ROOT,
     ROOT_HOME,
+    TMP_DIR,
     Identity,
     is_root,
     mapped,
@@ -77,7 +77,7 @@ class HostRoot:
             paths.solution_dir,
             paths.default_skills_dir,
             INSTALLED_AGENT_DIR,
-            OTHER_HOME,
+            TMP_DIR,
             ROOT_HOME,
             *recipe.workdirs,
             *(step.destination for step in recipe.copies),
@@ -120,7 +120,7 @@ class HostRoot:
             uid = gid = int(name)
         else:
             uid, gid = entry.pw_uid, entry.pw_gid
-        return mapped(Identity(uid, gid, str(OTHER_HOME)))
+        return mapped(Identity(uid, gid, str(TMP_DIR)))
 
     def tear_down(self) -> None:
         """Nothing: the host root holds nothing beyond the sandbox's directory."""

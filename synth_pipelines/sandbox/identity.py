@@ -14,9 +14,9 @@ from synth_pipelines.sandbox.errors import SandboxUserError
 from synth_pipelines.sandbox.userns import SETUP_ID, host_id
 
 ROOT_HOME = PurePosixPath("/root")
-# HOME of every other user: the host root has no home directories of its own, and an
-# image's user may name none.
-OTHER_HOME = PurePosixPath("/tmp")
+# Also HOME of every user but root: the host root has no home directories to give, and
+# an image's user may name none.
+TMP_DIR = PurePosixPath("/tmp")
 
 
 @dataclass(frozen=True)

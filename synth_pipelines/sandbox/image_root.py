@@ -23,7 +23,7 @@ from synth_pipelines.sandbox.commands import RunInside
 from synth_pipelines.sandbox.dockerfile import DockerfileRecipe, read_dockerfile
 from synth_pipelines.sandbox.errors import SandboxUserError, TaskDefinitionError
 from synth_pipelines.sandbox.filesystem import Bind, SandboxFilesystem, resolve_sources
-from synth_pipelines.sandbox.identity import OTHER_HOME, ROOT, ROOT_HOME, Identity, is_root, mapped
+from synth_pipelines.sandbox.identity import ROOT_HOME, TMP_DIR, Identity, is_root, mapped
 from synth_pipelines.sandbox.image_build import Image, ImageBuilder, ImageCacheSettings
 from synth_pipelines.sandbox.image_mounts import image_bwrap_arguments, make_directory, make_file
 from synth_pipelines.sandbox.layers import Held, LayerStore
@@ -40,6 +40,7 @@ from synth_pipelines.sandbox.userns import host_id
 # change users, signal or administer anything is given. CAP_CHOWN, CAP_DAC_OVERRIDE,
 # CAP_DAC_READ_SEARCH, CAP_FOWNER, CAP_FSETID.
 IMAGE_ROOT_CAPABILITIES = (0, 1, 2, 3, 4)
+IMAGE_ROOT = Identity(0, 0, str(ROOT_HOME), IMAGE_ROOT_CAPABILITIES)
 
 
 def image_recipe(
@@ -163,7 +164,7 @@ class ImageRoot:
         if user is None and self.image is not None:
             user = self.image.user
         if is_root(user):
-            return Identity(ROOT.uid, ROOT.gid, ROOT.home, IMAGE_ROOT_CAPABILITIES)
+            return IMAGE_ROOT
         name = str(user)
         if name not in self._identities:
             self._identities[name] = mapped(await self._looked_up(name))
@@ -173,9 +174,9 @@ class ImageRoot:
         found = await self._run(f"getent passwd {shlex.quote(name)}", user="root")
         fields = (found.stdout or "").strip().split(":")
         if found.return_code == 0 and len(fields) >= 6:
-            uid, gid, home = int(fields[2]), int(fields[3]), fields[5] or str(OTHER_HOME)
+            uid, gid, home = int(fields[2]), int(fields[3]), fields[5] or str(TMP_DIR)
         elif name.isdigit():
-            uid, gid, home = int(name), int(name), str(OTHER_HOME)
+            uid, gid, home = int(name), int(name), str(TMP_DIR)
         else:
             raise SandboxUserError(
                 f"user {name!r} is not defined in the image's /etc/passwd; use root, a "
