@@ -51,6 +51,7 @@ from synth_pipelines.runtime.batch_plan import plan_batch
 from synth_pipelines.runtime.regrade import RegradeRefusedError, regrade_batch
 from synth_pipelines.runtime.results import summarize, summarize_unscored
 from synth_pipelines.runtime.trial_batch import run_batch_trials
+from synth_pipelines.sandbox.options import HostSettings
 
 LEARNING = ("qualified_groups", "datums", "policy_update", "checkpoints")
 """A training batch's learning assets, in the order the step produces them."""
@@ -351,6 +352,7 @@ async def _sample(context, engine, store, spec: RunSpec, index: int, binding, st
         engine,
         settings().work_dir,
         pool=WorkerPool.configured(settings()),
+        host=HostSettings.model_validate(settings(), from_attributes=True),
         model=binding.sampler or None,
         verify=spec.kind in ("eval", "train"),
         on_outcome=progress,
@@ -424,6 +426,7 @@ async def _assess(context, engine, store, spec, index, config: BatchConfig, outc
             config.regrade_id,
             settings().work_dir,
             pool=WorkerPool.configured(settings()),
+            host=HostSettings.model_validate(settings(), from_attributes=True),
         )
     except RegradeRefusedError as error:
         raise dg.Failure(description=str(error)) from None

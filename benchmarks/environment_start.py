@@ -41,6 +41,7 @@ from synth_pipelines.runtime.docker_environment import OfflineDockerEnvironment,
 from synth_pipelines.sandbox.bases import BaseImages, resolve_base
 from synth_pipelines.sandbox.bwrap import BwrapEnvironment
 from synth_pipelines.sandbox.layers import LayerStore
+from synth_pipelines.sandbox.options import HostSettings
 from synth_pipelines.services.dockerd import DockerDaemon, daemon
 
 TASKS = Path(__file__).resolve().parent.parent / "datasets" / "repos"
@@ -53,6 +54,8 @@ def environment(kind: str, task: Path, trial_dir: Path) -> BaseEnvironment:
     config = Task(task).config.environment
     paths = TrialPaths(trial_dir)
     paths.mkdir()
+    # The bwrap environment is given this host's places; the docker one reads its own.
+    host = HostSettings.model_validate(settings(), from_attributes=True)
     return KINDS[kind](
         environment_dir=task / "environment",
         environment_name=task.name,
@@ -62,6 +65,7 @@ def environment(kind: str, task: Path, trial_dir: Path) -> BaseEnvironment:
         network_policy=NetworkPolicy(
             network_mode=config.network_mode, allowed_hosts=config.allowed_hosts or []
         ),
+        **(host.model_dump() if kind == "bwrap" else {}),
     )
 
 

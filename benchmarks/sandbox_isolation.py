@@ -49,6 +49,7 @@ from synth_pipelines.sandbox.namespace import (
     SYSTEM_PATH,
     join_cgroup,
 )
+from synth_pipelines.sandbox.options import HostSettings
 from synth_pipelines.sandbox.seccomp import filter_program
 
 
@@ -62,7 +63,7 @@ class PreviousPath:
         self.exec_numbers = iter(range(1, 1 << 30))
 
     def bwrap_arguments(self) -> list[str]:
-        filesystem = self.environment._filesystem
+        filesystem = self.environment._root.filesystem
         arguments: list[str] = []
         for name in HOST_SYSTEM_DIRS:
             arguments += _host_entry(Path("/") / name)
@@ -77,7 +78,7 @@ class PreviousPath:
         environment = self.environment
         await asyncio.to_thread(environment._lay_down)
         # Root inside owned the files then (and had no capability to write others').
-        await asyncio.to_thread(_own_by_host_root, environment._filesystem.writable_root)
+        await asyncio.to_thread(_own_by_host_root, environment._root.filesystem.writable_root)
         procs = await asyncio.to_thread(environment._create_cgroup)
         info_read, info_write = os.pipe()
         argv = [
@@ -139,7 +140,7 @@ class PreviousPath:
         environment._cgroup = None
         if environment._storage is not None:
             await asyncio.to_thread(environment._storage.unmount)
-        await asyncio.to_thread(environment._filesystem.remove)
+        await asyncio.to_thread(environment._root.filesystem.remove)
         environment._lease.release()
 
 
@@ -160,6 +161,7 @@ def environment(task: Path, trial_dir: Path) -> BwrapEnvironment:
         trial_paths=paths,
         task_env_config=Task(task).config.environment,
         network_policy=NetworkPolicy(network_mode=NetworkMode.NO_NETWORK),
+        **HostSettings.model_validate(settings(), from_attributes=True).model_dump(),
     )
 
 

@@ -61,6 +61,7 @@ from synth_pipelines.control.runs import RunRecord, accept_run, get_run
 from synth_pipelines.control.schema import evidence_calls, evidence_chunks, run_events
 from synth_pipelines.credentials import load_signing_key, mint_token
 from synth_pipelines.registry.datasets import publish_dataset
+from synth_pipelines.sandbox.options import HostSettings
 from synth_pipelines.storage.objectstore import open_object_store
 
 SCRIPT = [{"completion": "Done.", "repeat": True, "logprob": -0.5}]
@@ -364,7 +365,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.update(platform_environment(root))
         settings.cache_clear()
         floor_dirs = sorted(tasks.iterdir())[: args.floor_trials]
-        floor = bare_trials(floor_dirs, root / "bare-trials", args.concurrency)
+        host = HostSettings.model_validate(settings(), from_attributes=True)
+        floor = bare_trials(floor_dirs, root / "bare-trials", args.concurrency, host)
         print(f"bare Harbor floor: {floor.per_hour:.0f} trials/hour", flush=True)
         platform = start_platform(root)
         platform.set_script(SCRIPT)

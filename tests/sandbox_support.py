@@ -15,9 +15,10 @@ from harbor.models.trial.config import AgentConfig, EnvironmentConfig, TaskConfi
 from harbor.models.trial.paths import TrialPaths
 from harbor.models.trial.result import TrialResult
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings, settings
 from synth_pipelines.sandbox.bwrap import BwrapEnvironment
 from synth_pipelines.sandbox.limits import PARENT_NAME, detect_hierarchy
+from synth_pipelines.sandbox.options import HostSettings
 from synth_pipelines.sandbox.verification import isolate_verification
 
 IMPORT_PATH = "synth_pipelines.sandbox.bwrap:BwrapEnvironment"
@@ -75,12 +76,21 @@ def make_task(
     return task
 
 
+def host_settings() -> HostSettings:
+    """This host's sandbox places, read from the environment as a process edge reads them."""
+    return HostSettings.model_validate(Settings(), from_attributes=True)
+
+
 def make_environment(task: Path, trial_dir: Path, **overrides) -> BwrapEnvironment:
     """The environment Harbor would build for the task, constructed directly."""
     config = TaskToml.model_validate_toml((task / "task.toml").read_text())
     paths = TrialPaths(trial_dir)
     paths.mkdir()
-    options = {"network_policy": NetworkPolicy(network_mode=NetworkMode.NO_NETWORK), **overrides}
+    options = {
+        "network_policy": NetworkPolicy(network_mode=NetworkMode.NO_NETWORK),
+        **host_settings().model_dump(),
+        **overrides,
+    }
     return BwrapEnvironment(
         environment_dir=task / "environment",
         environment_name=task.name,
@@ -116,11 +126,14 @@ def run_trial(
 ) -> TrialResult:
     """A Harbor trial on the sandbox (or `environment`), as the platform runs one
     (`runtime/harbor_trials.py`)."""
+    sandbox = EnvironmentConfig(
+        import_path=IMPORT_PATH, kwargs=host_settings().model_dump(mode="json")
+    )
     trial_config = TrialConfig(
         task=TaskConfig(path=task),
         trials_dir=trials_dir,
         agent=AgentConfig(name=agent),
-        environment=environment or EnvironmentConfig(import_path=IMPORT_PATH),
+        environment=environment or sandbox,
         **config,
     )
 

@@ -23,6 +23,7 @@ from synth_pipelines.control.schema import evidence_calls
 from synth_pipelines.control.table_outputs import load_table
 from synth_pipelines.evidence.reader import read_attempt_evidence
 from synth_pipelines.runtime.local_run import run_locally
+from synth_pipelines.sandbox.options import HostSettings
 from synth_pipelines.storage.objectstore import open_object_store
 from tests.agent_runs import (
     evaluate,
@@ -63,6 +64,7 @@ def test_claude_code_profile_passes_a_sample_task_in_the_sandbox(state, tmp_path
                 one_task_dataset(tmp_path / "again", "update-version-file") / "update-version-file",
                 "synth/qwen3-tiny",
                 tmp_path / "local-run",
+                HostSettings.model_validate(settings(), from_attributes=True),
             )
         )
         proxy.flush()

@@ -14,7 +14,7 @@ import pytest
 from harbor.models.task.config import NetworkMode, NetworkPolicy
 from harbor.models.task.task import Task
 from harbor.models.trial.paths import TrialPaths
-from sandbox_support import isolated_state, run_trial
+from sandbox_support import host_settings, isolated_state, run_trial
 
 from synth_pipelines.contracts.plan import EnvironmentChoice, ExecutionSettings
 from synth_pipelines.runtime.docker_environment import (
@@ -61,7 +61,7 @@ def docker_environment(task: Path, trial_dir: Path, **policies) -> OfflineDocker
 
 def test_the_docker_provider_selects_harbors_docker_environment():
     settings = ExecutionSettings(environment=EnvironmentChoice(provider="docker"))
-    assert environment_config(settings).import_path == IMPORT_PATH
+    assert environment_config(settings, host=host_settings()).import_path == IMPORT_PATH
 
 
 def test_the_bases_of_a_multi_stage_dockerfile_skip_its_own_stages(tmp_path):
@@ -119,7 +119,7 @@ def test_a_base_no_builder_can_make_offline_is_refused_naming_it(tmp_path, docke
 @pytest.mark.slow
 def test_a_repository_task_runs_in_harbors_docker_environment(tmp_path, dockerd):
     environment = environment_config(
-        ExecutionSettings(environment=EnvironmentChoice(provider="docker"))
+        ExecutionSettings(environment=EnvironmentChoice(provider="docker")), host=host_settings()
     )
     fixed = run_trial(TASK, tmp_path / "oracle", "oracle", environment=environment)
     assert fixed.exception_info is None, fixed.exception_info

@@ -43,6 +43,7 @@ def run(
     from synth_pipelines.control.database import control_engine
     from synth_pipelines.registry.task_packages import TaskFormatError
     from synth_pipelines.runtime.local_run import run_locally
+    from synth_pipelines.sandbox.options import HostSettings
     from synth_pipelines.submission.run_requests import read_profile
 
     with user_errors(
@@ -57,7 +58,8 @@ def run(
         if bound is None:
             fail(f"profile {pinned.name}@{pinned.version} binds no model; pass --model")
         destination = output or settings().state_dir / "agent-runs" / task.name
-        done = asyncio.run(run_locally(pinned, task, bound, destination))
+        host = HostSettings.model_validate(settings(), from_attributes=True)
+        done = asyncio.run(run_locally(pinned, task, bound, destination, host))
     result = done.outcome.result
     data = {
         "run_id": done.identity.run_id,

@@ -28,6 +28,7 @@ from synth_pipelines.contracts.trial import TrialOutcome
 from synth_pipelines.judging.verifier import IMPORT_PATH as JUDGE_VERIFIER
 from synth_pipelines.runtime.docker_environment import IMPORT_PATH as DOCKER_ENVIRONMENT
 from synth_pipelines.runtime.trial_records import archive_trial, directory_digest, read_rationale
+from synth_pipelines.sandbox.options import HostSettings
 from synth_pipelines.sandbox.verification import isolate_verification
 from synth_pipelines.storage.objectstore import ObjectRef, ObjectStore
 
@@ -60,13 +61,17 @@ class Actor:
         return cls(pinned, profile, model or profile.model)
 
 
-def environment_config(settings: ExecutionSettings, *profiles: Profile) -> EnvironmentConfig:
-    """The environment of the agent and of the separate verifier alike; locally it binds
-    what the launched engines of these profiles need (read-only) into both."""
+def environment_config(
+    settings: ExecutionSettings, *profiles: Profile, host: HostSettings
+) -> EnvironmentConfig:
+    """The environment of the agent and of the separate verifier alike; locally it runs
+    on `host`'s places and binds what the launched engines of these profiles need
+    (read-only) into both."""
     choice, overrides = settings.environment, settings.overrides
     kwargs: dict = dict(choice.kwargs)
     if choice.provider == "local":
         location = {"import_path": LOCAL_ENVIRONMENT}
+        kwargs.update(host.model_dump(mode="json"))
         engines = sorted({profile.engine for profile in profiles if profile.launched})
         found = {
             mount.target: mount for engine in engines for mount in engine_runtime(engine).mounts()
@@ -162,6 +167,7 @@ def trial_config(
     trials_dir: Path,
     *,
     verify: bool,
+    host: HostSettings,
     judge: PinnedProfile | None = None,
 ) -> TrialConfig:
     return TrialConfig(
@@ -170,7 +176,7 @@ def trial_config(
         trials_dir=trials_dir,
         agent=agent_config(actor, attempt, settings),
         environment=environment_config(
-            settings, actor.profile, *([judge.profile()] if judge else [])
+            settings, actor.profile, *([judge.profile()] if judge else []), host=host
         ),
         verifier=verifier_config(attempt, settings, judge, verify=verify),
     )
@@ -279,6 +285,7 @@ async def run_attempt(
     trials_dir: Path,
     *,
     verify: bool,
+    host: HostSettings,
     judge: PinnedProfile | None = None,
 ) -> TrialOutcome:
     """Run the attempt's trial, retain its record, and discard the local copy."""
@@ -287,7 +294,9 @@ async def run_attempt(
     started = time.monotonic()
     try:
         trial = await Trial.create(
-            trial_config(attempt, actor, settings, trials_dir, verify=verify, judge=judge)
+            trial_config(
+                attempt, actor, settings, trials_dir, verify=verify, host=host, judge=judge
+            )
         )
     except Exception as error:
         # The task's environment could not even be prepared (Harbor builds it while

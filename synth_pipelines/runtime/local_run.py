@@ -21,6 +21,7 @@ from synth_pipelines.config import settings
 from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.registry.task_packages import load_task
 from synth_pipelines.sandbox.bwrap import BwrapEnvironment
+from synth_pipelines.sandbox.options import HostSettings
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ async def run_locally(
     task_dir: Path,
     model: str,
     output_dir: Path,
+    host: HostSettings,
     timeout_sec: float | None = None,
 ) -> LocalRun:
     profile = pinned.profile()
@@ -64,6 +66,7 @@ async def run_locally(
         task_env_config=task.config.environment,
         network_policy=NetworkPolicy(network_mode=NetworkMode.NO_NETWORK),
         read_only_binds=[m.as_bind() for m in engine_runtime(profile.engine).mounts()],
+        **host.model_dump(),
     )
     await environment.start(force_build=False)
     workspace = output_dir / "workspace"

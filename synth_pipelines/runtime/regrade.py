@@ -43,6 +43,7 @@ from synth_pipelines.runtime.trial_records import (
     read_rationale,
     restore_trial,
 )
+from synth_pipelines.sandbox.options import HostSettings
 from synth_pipelines.storage.objectstore import ObjectStore
 
 
@@ -90,6 +91,7 @@ async def _regrade_one(
     regrade_id: str,
     store: ObjectStore,
     work_dir: Path,
+    host: HostSettings,
 ) -> Assessment:
     workspace = work_dir / "regrades" / regrade_id / outcome.attempt_id
     shutil.rmtree(workspace, ignore_errors=True)
@@ -118,7 +120,7 @@ async def _regrade_one(
         trials_dir=trials_dir,
         source_trial=SourceTrialConfig(action="regrade", type="local", path=source),
         agent=AgentConfig(name="nop"),
-        environment=environment_config(spec.plan, *([judge.profile()] if judge else [])),
+        environment=environment_config(spec.plan, *([judge.profile()] if judge else []), host=host),
         verifier=verifier_config(attempt, spec.plan, judge, verify=True),
     )
     result = await (await Trial.create(config)).run()
@@ -157,6 +159,7 @@ async def regrade_batch(
     work_dir: Path,
     *,
     pool: WorkerPool,
+    host: HostSettings,
 ) -> list[Assessment]:
     """Every outcome assessed again, each judge's sandbox admitted like an attempt: within
     the run's budget and the worker pool's, which it shares with every running batch."""
@@ -173,7 +176,7 @@ async def regrade_batch(
             pool_admission.admit(demand, what, run_id=spec.run_id, attempt_id=outcome.attempt_id),
         ):
             return await _regrade_one(
-                outcome, task, task_dir, spec, judge, regrade_id, store, work_dir
+                outcome, task, task_dir, spec, judge, regrade_id, store, work_dir, host
             )
 
     return list(await asyncio.gather(*(one(outcome) for outcome in outcomes)))

@@ -24,6 +24,7 @@ from synth_pipelines.runtime.admission import (
 from synth_pipelines.runtime.batch_plan import BatchPlan
 from synth_pipelines.runtime.failures import AttemptFailedError
 from synth_pipelines.runtime.harbor_trials import Actor, AttemptContext, run_attempt
+from synth_pipelines.sandbox.options import HostSettings
 from synth_pipelines.storage.objectstore import ObjectStore
 
 DEFAULT_DEMAND = ResourceDemand(cpus=1.0, memory_mb=1024, storage_mb=1024)
@@ -48,6 +49,7 @@ async def run_batch_trials(
     work_dir: Path,
     *,
     pool: WorkerPool,
+    host: HostSettings,
     model: str | None,
     verify: bool,
     on_outcome: Callable[[TrialOutcome], None] = lambda outcome: None,
@@ -89,7 +91,14 @@ async def run_batch_trials(
         ):
             try:
                 outcome = await run_attempt(
-                    context, actor, settings, store, trials_dir, verify=verify, judge=spec.judge
+                    context,
+                    actor,
+                    settings,
+                    store,
+                    trials_dir,
+                    verify=verify,
+                    host=host,
+                    judge=spec.judge,
                 )
             except Exception as error:
                 raise AttemptFailedError(attempt_id, group.task.name, error) from error

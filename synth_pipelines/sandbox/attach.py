@@ -55,7 +55,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 
 def _syscall(number: int, *arguments: object, what: str) -> int:
-    result = _libc.syscall(number, *arguments)
+    result: int = _libc.syscall(number, *arguments)
     if result < 0:
         error = ctypes.get_errno()
         raise SandboxStartError(

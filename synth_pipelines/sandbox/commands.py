@@ -1,4 +1,5 @@
-"""Running one host process to completion: output, timeout and the kill on the way out."""
+"""Running commands to completion (a host process: output, timeout and the kill on the
+way out), and the shape of running one inside a sandbox."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from harbor.environments.base import OutputCallback, OutputStream
+from harbor.environments.base import ExecResult, OutputCallback, OutputStream
 
 # A command's background children may keep its stdout open after it exits; output
 # written after this grace belongs to them, not to the command.
@@ -39,6 +40,21 @@ class Process(Protocol):
     def returncode(self) -> int | None: ...
 
     async def wait(self) -> int: ...
+
+
+class RunInside(Protocol):
+    """A command run inside a started sandbox, optionally with stdin and stdout
+    connected to host files (`BwrapEnvironment`'s own way to run one)."""
+
+    async def __call__(
+        self,
+        command: str,
+        *,
+        timeout_sec: int | None = None,
+        user: str | int | None = None,
+        stdin_fd: int | None = None,
+        stdout_fd: int | None = None,
+    ) -> ExecResult: ...
 
 
 # Starts the command with the given stdin, stdout and stderr descriptors.

@@ -7,35 +7,29 @@ copy, the content of the files it copies. A step whose key is stored is not run
 again, so every attempt of a task after the first, and its separate verifier, starts
 from the cached layers; two attempts needing the same step build it once.
 
-Each step runs in a build sandbox: the same bubblewrap init as a trial's, in the
-sandbox's user namespace, on an overlay of the parent layers with the new layer's
-directory as its writable upper, and with the host's network and resolver (`RUN`
-fetches from package registries). Its command runs as root of that namespace with
-its capabilities and without the seccomp filter (apt and pip need them; see
-docs/sandbox.md for what each phase may do). A copy is packed into a tar stream on the
-host and unpacked inside, so no path of the image is ever resolved on the host.
+Each step runs in a build sandbox (`build_sandbox.py`) on its parent layers. A copy is
+packed into a tar stream on the host and unpacked inside, so no path of the image is
+ever resolved on the host.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import hashlib
 import json
 import os
 import shlex
-import shutil
 import tarfile
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO, Protocol
 
-from synth_pipelines.config import Settings
-from synth_pipelines.sandbox.attach import attach
 from synth_pipelines.sandbox.bases import BASE_ENV, BaseImages, resolve_base
-from synth_pipelines.sandbox.commands import CommandTimedOut, Completed, Process, run_to_completion
+from synth_pipelines.sandbox.build_sandbox import BuildSandbox
+from synth_pipelines.sandbox.commands import Completed
 from synth_pipelines.sandbox.dockerfile import (
     CopyStep,
     DockerfileRecipe,
@@ -44,20 +38,31 @@ from synth_pipelines.sandbox.dockerfile import (
     UserStep,
     WorkdirStep,
 )
-from synth_pipelines.sandbox.errors import ImageBuildError, SandboxUserError
+from synth_pipelines.sandbox.errors import ImageBuildError
 from synth_pipelines.sandbox.filesystem import resolve_sources
-from synth_pipelines.sandbox.image_root import image_bwrap_arguments, make_file
 from synth_pipelines.sandbox.layers import Layer, LayerStore
-from synth_pipelines.sandbox.namespace import SandboxInit
-from synth_pipelines.sandbox.overlay import mount_overlay, mount_point, unmount
-from synth_pipelines.sandbox.seccomp import filter_program
-from synth_pipelines.sandbox.userns import host_id
 
-RESOLVER = PurePosixPath("/etc/resolv.conf")
 OUTPUT_TAIL_LINES = 20
 STAGED = "staged"
 
 Progress = Callable[[str], None]
+
+
+class ImageCacheSettings(Protocol):
+    """Where the image cache lives and how it builds, under the names the platform's
+    settings and the bwrap environment's options both give them."""
+
+    @property
+    def images_dir(self) -> Path: ...
+
+    @property
+    def debian_mirror(self) -> str: ...
+
+    @property
+    def image_step_timeout_sec(self) -> float: ...
+
+    @property
+    def image_cache_mb(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -77,13 +82,6 @@ class Image:
     @property
     def size_bytes(self) -> int:
         return sum(layer.size_bytes for layer in self.layers)
-
-
-@dataclass(frozen=True)
-class Identity:
-    uid: int
-    gid: int
-    home: str
 
 
 def step_key(parent: str, step: Step, *, user: str, workdir: str, inputs: str) -> str:
@@ -106,7 +104,9 @@ class ImageBuilder:
     """Builds images under `root` (`<root>/bases`, `<root>/layers`)."""
 
     @classmethod
-    def configured(cls, config: Settings, progress: Progress | None = None) -> ImageBuilder:
+    def configured(
+        cls, config: ImageCacheSettings, progress: Progress | None = None
+    ) -> ImageBuilder:
         """The builder of the configured image cache, with its bound and limits."""
         return cls(
             config.images_dir,
@@ -280,7 +280,7 @@ def _owned(member: tarfile.TarInfo, chmod: int | None) -> tarfile.TarInfo:
     return member
 
 
-def _pack_copy(step: CopyStep, context: Path, archive_file) -> str | None:
+def _pack_copy(step: CopyStep, context: Path, archive_file: BinaryIO) -> str | None:
     """Write the tar stream of a copy (paths from `/`); for one plain file to a
     destination that may be a directory in the image, the file alone under `STAGED`,
     and its name is returned."""
@@ -339,135 +339,3 @@ def _inputs_digest(step: CopyStep, context: Path) -> str:
                     for chunk in iter(lambda: content.read(1 << 20), b""):
                         digest.update(chunk)
     return digest.hexdigest()
-
-
-class BuildSandbox:
-    """A bubblewrap init on an overlay of `lowers` whose upper is `upper`, with the
-    host's network, for one build step (or a look inside a built image)."""
-
-    root = Identity(0, 0, "/root")
-
-    def __init__(self, init: SandboxInit, on_line: Callable[[str], None] | None):
-        self.init = init
-        self.on_line = on_line
-        self._partial = ""
-
-    @classmethod
-    @contextlib.asynccontextmanager
-    async def open(
-        cls,
-        store: LayerStore,
-        lowers: list[Path],
-        upper: Path,
-        on_line: Callable[[str], None] | None = None,
-    ):
-        scratch = upper.parent
-        merged, work = mount_point(f"build-{scratch.name}"), scratch / "work"
-        upper.mkdir(parents=True, exist_ok=True)
-        os.chown(upper, host_id(0), host_id(0))
-        upper.chmod(0o755)
-        root_fd: int | None = None
-        init: SandboxInit | None = None
-        try:
-            await asyncio.to_thread(
-                mount_overlay, merged.name, lowers, upper, work, relative_to=store.root
-            )
-            root_fd = os.open(merged, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-            await asyncio.to_thread(make_file, root_fd, RESOLVER)
-            init = await SandboxInit.launch(
-                image_bwrap_arguments(root_fd),
-                [],
-                filter_program(),
-                pass_fds=(root_fd,),
-                network=True,
-            )
-            await asyncio.to_thread(
-                attach, init.pidfd, init.root_fd, [(Path("/etc/resolv.conf"), RESOLVER, True)]
-            )
-            yield cls(init, on_line)
-        finally:
-            if init is not None:
-                await init.terminate()
-            if root_fd is not None:
-                os.close(root_fd)
-            await asyncio.to_thread(unmount, merged)
-            await asyncio.to_thread(shutil.rmtree, work, True)
-
-    async def _output(self, chunk: str, _stream: str) -> None:
-        if self.on_line is None:
-            return
-        text = self._partial + chunk
-        *lines, self._partial = text.split("\n")
-        for line in lines:
-            # pip and apt redraw progress lines with carriage returns: keep the last.
-            shown = line.rsplit("\r", 1)[-1].rstrip()
-            if shown:
-                self.on_line(shown)
-
-    async def run(
-        self,
-        command: str,
-        env: dict[str, str],
-        identity: Identity,
-        *,
-        cwd: str,
-        timeout_sec: float | None,
-        stdin_fd: int | None = None,
-    ) -> Completed:
-        start = self.init.command(
-            command,
-            cwd=cwd,
-            env={"LANG": "C.UTF-8", **env},
-            uid=identity.uid,
-            gid=identity.gid,
-            procs_files=[],
-            seccomp=b"",
-            build_step=True,
-        )
-
-        async def kill(process: Process) -> None:
-            await asyncio.to_thread(self.init.kill_all_but_init)
-
-        try:
-            completed = await run_to_completion(
-                start, timeout_sec=timeout_sec, kill=kill, on_output=self._output, stdin_fd=stdin_fd
-            )
-        except CommandTimedOut:
-            return Completed(return_code=124, stdout="", stderr=f"timed out after {timeout_sec} s")
-        if self._partial:
-            await self._output("\n", "stdout")
-        return completed
-
-    async def identity(self, user: str, *, task: str) -> Identity:
-        """uid, gid and home of `user` (`name`, `uid`, `name:group`) in the image."""
-        if user in ("root", "0"):
-            return self.root
-        name, _, group = user.partition(":")
-        found = await self.run(
-            f"getent passwd {shlex.quote(name)}", BASE_ENV, self.root, cwd="/", timeout_sec=30
-        )
-        fields = found.stdout.strip().split(":")
-        if found.return_code != 0 or len(fields) < 6:
-            if not name.isdigit():
-                raise SandboxUserError(
-                    f"Task {task!r}: USER {user} is not defined in the image's /etc/passwd; "
-                    "create it with a RUN step (useradd) before the USER step"
-                )
-            fields = [name, "x", name, name, "", "/"]
-        uid, gid, home = int(fields[2]), int(fields[3]), fields[5] or "/"
-        if group:
-            named = await self.run(
-                f"getent group {shlex.quote(group)}", BASE_ENV, self.root, cwd="/", timeout_sec=30
-            )
-            parts = named.stdout.strip().split(":")
-            if named.return_code == 0 and len(parts) >= 3:
-                gid = int(parts[2])
-            elif group.isdigit():
-                gid = int(group)
-            else:
-                raise SandboxUserError(
-                    f"Task {task!r}: group {group!r} of USER {user} is not in the image"
-                )
-        host_id(uid)
-        host_id(gid)
-        return Identity(uid, gid, home)

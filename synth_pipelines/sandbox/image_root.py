@@ -1,92 +1,195 @@
-"""A built image as a sandbox's whole root: what bubblewrap mounts, and mountpoints in it.
+"""A built image as a sandbox's root, with a fresh writable layer of its own.
 
-The image's layers are overlay-mounted on the host under a directory bubblewrap's setup
-id may traverse (`overlay.py`), and bubblewrap binds that root through an open
-descriptor (`--bind-fd`), so the path it resolves is the one mounted, not whatever a
-rename could put there.
-`/proc` and `/dev` are its own, as in any sandbox, with the same read-only kernel
-interfaces (`filesystem.PROC_READ_ONLY`).
-
-Mountpoints for host binds (Harbor's log directories, a harness's runtime) are made in
-the writable layer by host root, so every step refuses to follow a link: an image's
-files are the task author's, and an absolute link in them names a host path when
-resolved on the host.
+For a Dockerfile with RUN or USER steps: the image is built into cached layers
+(`image_build.py`), held while the sandbox runs, and overlay-mounted with an upper
+layer on the sandbox's storage, discarded at teardown. Users are the image's, looked
+up in its own `/etc/passwd` inside the sandbox, never through the host's view of its
+files.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
-import stat
-from pathlib import PurePosixPath
+import shlex
+from collections.abc import Iterable
+from pathlib import Path, PurePosixPath
 
-from synth_pipelines.sandbox.errors import SandboxPathError
-from synth_pipelines.sandbox.filesystem import PROC_READ_ONLY
+from harbor.models.trial.paths import EnvironmentPaths
+
+from synth_pipelines.sandbox.bases import BASE_ENV, resolve_base
+from synth_pipelines.sandbox.commands import RunInside
+from synth_pipelines.sandbox.dockerfile import DockerfileRecipe, read_dockerfile
+from synth_pipelines.sandbox.errors import SandboxUserError, TaskDefinitionError
+from synth_pipelines.sandbox.filesystem import Bind, SandboxFilesystem, resolve_sources
+from synth_pipelines.sandbox.identity import ROOT_HOME, TMP_DIR, Identity, is_root, mapped
+from synth_pipelines.sandbox.image_build import Image, ImageBuilder, ImageCacheSettings
+from synth_pipelines.sandbox.image_mounts import image_bwrap_arguments, make_directory, make_file
+from synth_pipelines.sandbox.layers import Held, LayerStore
+from synth_pipelines.sandbox.leases import image_root
+from synth_pipelines.sandbox.overlay import mount_overlay, unmount
+from synth_pipelines.sandbox.root import INSTALLED_AGENT_DIR, RootLayout
+from synth_pipelines.sandbox.transfers import Transfers
 from synth_pipelines.sandbox.userns import host_id
 
-ROOT_MODE = 0o755
+# What root on an image may do beyond a plain user: act on any file of the sandbox
+# (an image's files keep the owners its archives had, e.g. a project's sdist made by
+# uid 501, and Docker's root may edit them). In the sandbox's user namespace these
+# reach only inodes whose owners it maps, never a host file; no capability to mount,
+# change users, signal or administer anything is given. CAP_CHOWN, CAP_DAC_OVERRIDE,
+# CAP_DAC_READ_SEARCH, CAP_FOWNER, CAP_FSETID.
+IMAGE_ROOT_CAPABILITIES = (0, 1, 2, 3, 4)
+IMAGE_ROOT = Identity(0, 0, str(ROOT_HOME), IMAGE_ROOT_CAPABILITIES)
 
 
-def image_bwrap_arguments(root_fd: int) -> list[str]:
-    arguments = ["--bind-fd", str(root_fd), "/", "--proc", "/proc", "--dev", "/dev"]
-    for name in PROC_READ_ONLY:
-        arguments += ["--ro-bind-try", f"/proc/{name}", f"/proc/{name}"]
-    return arguments
-
-
-def _open_parent(root_fd: int, path: PurePosixPath) -> int:
-    """A descriptor of `path`'s parent inside the image, made (root's inside, 0755)
-    where missing, never through a link."""
-    current = os.dup(root_fd)
-    try:
-        for part in path.parent.parts[1:]:
-            try:
-                os.mkdir(part, ROOT_MODE, dir_fd=current)
-                os.chown(part, host_id(0), host_id(0), dir_fd=current, follow_symlinks=False)
-            except FileExistsError:
-                pass
-            try:
-                following = os.open(
-                    part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=current
-                )
-            except (NotADirectoryError, OSError) as error:
-                raise SandboxPathError(
-                    f"cannot make {path} in the image: {part!r} is not a directory there "
-                    f"(a link or a file: {error.strerror})"
-                ) from None
-            os.close(current)
-            current = following
-    except BaseException:
-        os.close(current)
-        raise
-    return current
-
-
-def make_directory(root_fd: int, path: PurePosixPath, mode: int = ROOT_MODE) -> None:
-    """Make `path` (and its parents) in the image as root's inside, unless it is one."""
-    parent = _open_parent(root_fd, path)
-    try:
+def image_recipe(
+    first_read: DockerfileRecipe, dockerfile: Path, context: Path, *, task: str
+) -> DockerfileRecipe:
+    """The recipe read again against its base's environment, once its base (as first
+    read) and every file it copies are known to be available."""
+    resolve_base(first_read.base_image, task=task)
+    recipe = read_dockerfile(dockerfile, task=task, base_env=BASE_ENV)
+    for step in recipe.copies:
         try:
-            os.mkdir(path.name, mode, dir_fd=parent)
-            os.chown(path.name, host_id(0), host_id(0), dir_fd=parent, follow_symlinks=False)
-            os.chmod(path.name, mode, dir_fd=parent, follow_symlinks=False)
-        except FileExistsError:
-            found = os.stat(path.name, dir_fd=parent, follow_symlinks=False)
-            if not stat.S_ISDIR(found.st_mode):
-                raise SandboxPathError(f"{path} in the image is not a directory") from None
-    finally:
-        os.close(parent)
+            resolve_sources(step, context)
+        except (FileNotFoundError, PermissionError) as error:
+            raise TaskDefinitionError(task, str(error)) from None
+    return recipe
 
 
-def make_file(root_fd: int, path: PurePosixPath) -> None:
-    """Make `path` an (empty) regular file in the image, a mountpoint for a file bind;
-    an existing one is only opened for reading, which copies nothing into the upper."""
-    parent = _open_parent(root_fd, path)
-    try:
-        descriptor = os.open(
-            path.name, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=parent
+class ImageRoot:
+    """The task's image, built or found in the cache, with a writable layer on top."""
+
+    def __init__(
+        self,
+        recipe: DockerfileRecipe,
+        context: Path,
+        *,
+        task: str,
+        sandbox_dir: Path,
+        binds: Iterable[Bind],
+        paths: EnvironmentPaths,
+        bundled_tests: bool,
+        cache: ImageCacheSettings,
+        run: RunInside,
+        transfers: Transfers,
+        logger: logging.Logger,
+    ):
+        self.recipe = recipe
+        self.filesystem = SandboxFilesystem(sandbox_dir, (), binds)
+        self.image: Image | None = None
+        self._context = context
+        self._task = task
+        self._paths = paths
+        self._bundled_tests = bundled_tests
+        self._cache = cache
+        self._layers: LayerStore | None = None
+        self._run = run
+        self._transfers = transfers
+        self._logger = logger
+        self._held: Held | None = None
+        self._identities: dict[str, Identity] = {}
+
+    async def prepare(self) -> None:
+        """Build (or find) the image, and hold its layers while the sandbox runs."""
+        builder = ImageBuilder.configured(
+            self._cache, progress=lambda line: self._logger.debug("image build: %s", line)
         )
-        os.close(descriptor)
-    except OSError as error:
-        raise SandboxPathError(f"cannot make {path} in the image: {error.strerror}") from None
-    finally:
-        os.close(parent)
+        image = await builder.build(self.recipe, self._context, task=self._task)
+        if builder.built:
+            self._logger.info(
+                "Built %d layer(s) of the image of %s (%d cached)",
+                builder.built,
+                self._task,
+                builder.cached,
+            )
+        self._held = await asyncio.to_thread(builder.store.hold, list(image.layers))
+        self._layers = builder.store
+        self.image = image
+
+    def lay_down(self) -> RootLayout:
+        """Mount the image's layers with a fresh upper on the sandbox's storage, make
+        Harbor's directories and the bind mountpoints in it; bubblewrap binds the
+        mounted root through its descriptor."""
+        assert self.image is not None and self._layers is not None, "prepare() comes first"
+        writable = self.filesystem.writable_root
+        upper, work = writable / "upper", writable / "work"
+        upper.mkdir(parents=True, exist_ok=True)
+        os.chown(upper, host_id(0), host_id(0))
+        upper.chmod(0o755)
+        root = mount_overlay(
+            image_root(self.filesystem.root).name,
+            [layer.diff for layer in self.image.layers],
+            upper,
+            work,
+            relative_to=self._layers.root,
+        )
+        root_fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            paths = self._paths
+            for directory in (
+                paths.logs_dir,
+                paths.tests_dir,
+                paths.solution_dir,
+                INSTALLED_AGENT_DIR,
+                ROOT_HOME,
+            ):
+                make_directory(root_fd, PurePosixPath(directory))
+            for bind in self.filesystem.binds:
+                if not bind.read_only:
+                    bind.source.mkdir(parents=True, exist_ok=True)
+                    os.chown(bind.source, host_id(0), host_id(0))
+                if bind.source.is_dir():
+                    make_directory(root_fd, bind.target)
+                else:
+                    make_file(root_fd, bind.target)
+        except BaseException:
+            os.close(root_fd)
+            raise
+        return RootLayout(image_bwrap_arguments(root_fd), (root_fd,))
+
+    def attachments(self) -> list[tuple[Path, PurePosixPath, bool]]:
+        """Only the binds: the image's root is writable as a whole, its own upper."""
+        return [(bind.source, bind.target, bind.read_only) for bind in self.filesystem.binds]
+
+    async def finish_start(self) -> None:
+        if self._bundled_tests:
+            # Harbor skips uploading tests/, expecting the verifier image to hold them.
+            await self._transfers.upload_dir(self._context, str(self._paths.tests_dir))
+
+    async def identity(self, user: str | int | None) -> Identity:
+        """The user, else the image's USER, looked up in the image's /etc/passwd;
+        root keeps `IMAGE_ROOT_CAPABILITIES`."""
+        if user is None and self.image is not None:
+            user = self.image.user
+        if is_root(user):
+            return IMAGE_ROOT
+        name = str(user)
+        if name not in self._identities:
+            self._identities[name] = mapped(await self._looked_up(name))
+        return self._identities[name]
+
+    async def _looked_up(self, name: str) -> Identity:
+        found = await self._run(f"getent passwd {shlex.quote(name)}", user="root")
+        fields = (found.stdout or "").strip().split(":")
+        if found.return_code == 0 and len(fields) >= 6:
+            uid, gid, home = int(fields[2]), int(fields[3]), fields[5] or str(TMP_DIR)
+        elif name.isdigit():
+            uid, gid, home = int(name), int(name), str(TMP_DIR)
+        else:
+            raise SandboxUserError(
+                f"user {name!r} is not defined in the image's /etc/passwd; use root, a "
+                "numeric uid, or create the user with a RUN step (useradd)"
+            )
+        return Identity(uid, gid, home, IMAGE_ROOT_CAPABILITIES if uid == 0 else ())
+
+    def tear_down(self) -> None:
+        """Unmount the sandbox's overlay and let go of the image's layers."""
+        held, self._held = self._held, None
+        if held is None:
+            return
+        try:
+            unmount(image_root(self.filesystem.root))
+        finally:
+            held.release()

@@ -59,7 +59,7 @@ class LaunchServer:
     channel: socket.socket
     loop: asyncio.AbstractEventLoop
     pending: dict[int, _Pending] = field(default_factory=dict)
-    numbers: itertools.count = field(default_factory=itertools.count)
+    numbers: itertools.count[int] = field(default_factory=itertools.count)
 
     @classmethod
     async def start(cls, pidfd: int, root_fd: int) -> LaunchServer:
@@ -87,7 +87,9 @@ class LaunchServer:
         server.loop.add_reader(ours.fileno(), server._read_replies)
         return server
 
-    async def launch(self, spec: dict, stdin: int, stdout: int, stderr: int) -> LaunchedCommand:
+    async def launch(
+        self, spec: dict[str, object], stdin: int, stdout: int, stderr: int
+    ) -> LaunchedCommand:
         """Start one command (`launcher.py` describes `spec`); returns once its launcher
         process exists."""
         if self.channel.fileno() < 0:

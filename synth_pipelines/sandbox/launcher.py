@@ -52,6 +52,12 @@ import struct
 import sys
 from dataclasses import dataclass
 
+# Only the type checker reads these: importing `typing` would cost every sandbox's
+# launcher about 4 ms.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_SECCOMP = 22
@@ -141,7 +147,7 @@ class _Host:
     root_fd: int
 
 
-def _become_command(host: _Host, spec: dict) -> None:
+def _become_command(host: _Host, spec: dict[str, Any]) -> None:
     libc = host.libc
     # Host paths: joined before the mount namespace changes ("0" is the writer itself).
     for procs in spec["cgroup_procs"]:
@@ -170,7 +176,7 @@ def _become_command(host: _Host, spec: dict) -> None:
     _install_filter(libc, spec["seccomp"])
 
 
-def _run_command(host: _Host, spec: dict) -> None:
+def _run_command(host: _Host, spec: dict[str, Any]) -> None:
     try:
         _become_command(host, spec)
     except OSError as error:
@@ -190,13 +196,14 @@ def _run_command(host: _Host, spec: dict) -> None:
     os._exit(CANNOT_START)
 
 
-def _read_spec(descriptor: int) -> dict:
+def _read_spec(descriptor: int) -> dict[str, Any]:
     chunks = []
     while chunk := os.read(descriptor, 1 << 16):
         chunks.append(chunk)
     os.close(descriptor)
     # marshal, not json: it is built in, where importing json costs ~10 ms.
-    return marshal.loads(b"".join(chunks))
+    spec: dict[str, Any] = marshal.loads(b"".join(chunks))
+    return spec
 
 
 def _only_open(keep: set[int]) -> None:
@@ -237,9 +244,10 @@ def _launch(host: _Host, descriptors: list[int]) -> None:
 def serve(host: _Host, channel: socket.socket) -> None:
     running: dict[int, tuple[int, int]] = {}  # pidfd -> (request, pid)
     while True:
-        ready, _, _ = select.select([channel, *running], [], [])
+        watched: list[socket.socket | int] = [channel, *running]
+        ready, _, _ = select.select(watched, [], [])
         for source in ready:
-            if source is channel:
+            if isinstance(source, socket.socket):  # the channel: a new request
                 message, descriptors, _, _ = socket.recv_fds(
                     channel, REQUEST.size, DESCRIPTORS_PER_REQUEST
                 )
@@ -253,7 +261,7 @@ def serve(host: _Host, channel: socket.socket) -> None:
                     os.close(descriptor)
                 running[os.pidfd_open(pid)] = (request, pid)
                 channel.send(REPLY.pack(request, STARTED, pid))
-            else:
+            else:  # a command's pidfd: it has ended
                 request, pid = running.pop(source)
                 os.close(source)
                 _, status = os.waitpid(pid, 0)

@@ -23,11 +23,12 @@ import logging
 import os
 import secrets
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from synth_pipelines.sandbox.errors import SandboxCleanupError, SandboxStorageError
 from synth_pipelines.sandbox.filesystem import SandboxFilesystem
-from synth_pipelines.sandbox.limits import CgroupHierarchy, SandboxCgroup
+from synth_pipelines.sandbox.limits import CgroupHierarchy, SandboxCgroup, detect_hierarchy
 from synth_pipelines.sandbox.overlay import mount_point, unmount
 from synth_pipelines.sandbox.quarantine import quarantine
 from synth_pipelines.sandbox.storage import IMAGE_NAME, SizedFilesystem
@@ -96,6 +97,27 @@ def reclaim_orphans(sandboxes_dir: Path, hierarchy: CgroupHierarchy | None) -> l
         if found is not None:
             reclaimed.append(found)
     return reclaimed
+
+
+@cache
+def reclaim_orphans_once(sandboxes_dir: Path) -> None:
+    """Reclaim what processes killed outright left under `sandboxes_dir`, the first time
+    this process starts a sandbox there."""
+    for reclaimed in reclaim_orphans(sandboxes_dir, detect_hierarchy()):
+        if reclaimed.quarantine is not None:
+            logger.warning(
+                "Sandbox %s, left by a process that died without stopping it, could not be "
+                "removed and is quarantined (%s): %s",
+                reclaimed.sandbox_dir,
+                reclaimed.quarantine,
+                "; ".join(reclaimed.problems),
+            )
+        else:
+            logger.warning(
+                "Reclaimed sandbox %s, left by a process that died without stopping it: "
+                "its cgroup is removed, its files are kept, unmounted.",
+                reclaimed.sandbox_dir,
+            )
 
 
 def _reclaim_if_orphaned(sandbox_dir: Path, hierarchy: CgroupHierarchy | None) -> Reclaimed | None:

@@ -21,7 +21,8 @@ CHUNK = 65536
 
 
 def _listen_inside(namespace_fd: int, port: int) -> socket.socket:
-    result: dict[str, socket.socket | BaseException] = {}
+    created: list[socket.socket] = []
+    failed: list[BaseException] = []
 
     def create() -> None:
         try:
@@ -31,17 +32,17 @@ def _listen_inside(namespace_fd: int, port: int) -> socket.socket:
             listener.bind(("127.0.0.1", port))
             listener.listen(128)
             listener.setblocking(False)
-            result["socket"] = listener
+            created.append(listener)
         except BaseException as error:
-            result["error"] = error
+            failed.append(error)
 
     # The thread that joined the namespace ends here, so no thread of ours stays in it.
     thread = threading.Thread(target=create, name="sandbox-route", daemon=True)
     thread.start()
     thread.join()
-    if "error" in result:
-        raise result["error"]
-    return result["socket"]
+    if failed:
+        raise failed[0]
+    return created[0]
 
 
 async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -67,7 +68,7 @@ class SandboxRoute:
         self.inside_port = inside_port
         self.target = target
         self._server: asyncio.Server | None = None
-        self._relays: set[asyncio.Task] = set()
+        self._relays: set[asyncio.Task[None]] = set()
 
     @property
     def url(self) -> str:
@@ -77,7 +78,9 @@ class SandboxRoute:
         listener = await asyncio.to_thread(_listen_inside, self.namespace_fd, self.inside_port)
         self._server = await asyncio.start_server(self._relay, sock=listener)
 
-    async def _relay(self, inside_reader, inside_writer) -> None:
+    async def _relay(
+        self, inside_reader: asyncio.StreamReader, inside_writer: asyncio.StreamWriter
+    ) -> None:
         try:
             if isinstance(self.target, Path):
                 host_reader, host_writer = await asyncio.open_unix_connection(self.target)
@@ -87,6 +90,7 @@ class SandboxRoute:
             inside_writer.close()
             return
         task = asyncio.current_task()
+        assert task is not None  # the server runs each connection in a task of its own
         self._relays.add(task)
         try:
             await asyncio.gather(
