@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
-from sqlalchemy import Engine, insert, select
+from sqlalchemy import Engine, Row, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from synth_pipelines.contracts.profile import PinnedProfile, ProfileDigestError
@@ -24,7 +25,7 @@ class PublishedProfile:
     created_at: datetime
 
 
-def _published(row) -> PublishedProfile:
+def _published(row: Row[Any]) -> PublishedProfile:
     pinned = PinnedProfile(
         name=row.name, version=row.version, digest=row.digest, canonical=row.canonical
     )

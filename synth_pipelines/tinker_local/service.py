@@ -361,7 +361,9 @@ class ModelService:
         prompt = functools.cache(
             lambda: tokenizer.decode(list(job.prompt), skip_special_tokens=False)
         )
-        entries = self.script.take(prompt, job.num_samples)
+        # One sequence of ids decodes to one str; transformers types every result as
+        # `str | list[str]`.
+        entries = self.script.take(prompt, job.num_samples)  # type: ignore[arg-type]
         if (job.scoring is not None or job.topk_sample) and any(
             entry.logprob is not None for entry in entries
         ):
