@@ -26,10 +26,11 @@ from pathlib import Path
 
 import dagster as dg
 
+from synth_pipelines.config import settings
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.runs import get_run
-from synth_pipelines.runtime.project_image import build_project_image
 from synth_pipelines.services.dockerd import daemon
+from synth_pipelines.services.project_image import build_project_image
 from tests.production_services import (
     PostgresServer,
     ProductionDeployment,
@@ -105,7 +106,14 @@ def main() -> None:
     engine = daemon()
     engine.ensure()
     started = time.monotonic()
-    image = build_project_image(engine, progress=lambda line: print(f"  {line}", flush=True))
+    config = settings()
+    image = build_project_image(
+        engine,
+        progress=lambda line: print(f"  {line}", flush=True),
+        images_dir=config.images_dir,
+        debian_mirror=config.debian_mirror,
+        project_root=config.project_root,
+    )
     image_sec = time.monotonic() - started
     print(f"project image {image.tag}: {'built' if image.built else 'cached'} in {image_sec:.1f} s")
     docker_env = {

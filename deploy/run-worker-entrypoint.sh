@@ -1,5 +1,5 @@
 #!/bin/sh
-# The entry point of the project's image (synth_pipelines/runtime/project_image.py): what
+# The entry point of the project's image (synth_pipelines/services/project_image.py): what
 # a run worker container starts with before Dagster's command.
 #
 # Docker masks parts of /proc by mounting over them, and the kernel refuses a new proc

@@ -4,7 +4,7 @@ webserver; the model service is a scripted Tinker service the test starts) with
 dagster-docker's `DockerRunLauncher` on the platform's own Docker engine.
 
 Each Dagster run executes in a fresh container of the project's image
-(`runtime/project_image.py`, built once per image cache), which sees the databases, the
+(`services/project_image.py`, built once per image cache), which sees the databases, the
 bucket and the services' addresses through the variables the launcher passes, and none
 of the host's files: its trials run in bubblewrap sandboxes inside the container.
 """

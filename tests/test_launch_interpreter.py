@@ -5,8 +5,9 @@ import posixpath
 
 import pytest
 
+from synth_pipelines.agents.bindings import RuntimeBindings
 from synth_pipelines.agents.constraints import LaunchConstraintError
-from synth_pipelines.agents.launch import HOME, INSTRUCTION_STDIN, RuntimeBindings, build_launch
+from synth_pipelines.agents.launch import HOME, INSTRUCTION_STDIN, build_launch
 from synth_pipelines.contracts.profile import Profile
 from tests.conftest import PROJECT_ROOT
 

@@ -8,12 +8,8 @@ from sqlalchemy import update
 from synth_pipelines.contracts.profile import PinnedProfile, ProfileDigestError
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.schema import profile_versions
-from synth_pipelines.registry.profiles import (
-    ProfileError,
-    get_profile,
-    list_profiles,
-    publish_profile,
-)
+from synth_pipelines.registry.profiles import ProfileError, get_profile, list_profiles
+from synth_pipelines.submission.profiles import publish_profile
 from tests.conftest import PROJECT_ROOT
 
 

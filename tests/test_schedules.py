@@ -13,8 +13,8 @@ from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.runs import get_run, list_runs
 from synth_pipelines.definitions import defs
 from synth_pipelines.registry.datasets import publish_dataset
-from synth_pipelines.registry.profiles import publish_profile
 from synth_pipelines.storage.objectstore import open_object_store
+from synth_pipelines.submission.profiles import publish_profile
 from tests.conftest import PROJECT_ROOT, SAMPLE_DATASET
 from tests.training_runs import accept_training, training_dataset
 

@@ -7,12 +7,9 @@ provider credential is rejected before anything starts, naming the setting and w
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
 
+from synth_pipelines.agents.engines import EngineRuntime
 from synth_pipelines.contracts.profile import Profile
-
-if TYPE_CHECKING:
-    from synth_pipelines.agents.engines import EngineRuntime
 
 SETTINGS_FILES = ("settings.json", "settings.local.json", "managed-settings.json")
 SETTINGS_KEYS = ("model", "apiKeyHelper", "awsAuthRefresh", "awsCredentialExport")

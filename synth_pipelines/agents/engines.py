@@ -10,12 +10,9 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from synth_pipelines.agents.bindings import RuntimeBindings
 from synth_pipelines.config import settings
-
-if TYPE_CHECKING:
-    from synth_pipelines.agents.launch import RuntimeBindings
 
 CLAUDE_CODE_VERSION = "2.1.328"
 MODEL_ALIASES = (

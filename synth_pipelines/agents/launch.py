@@ -12,38 +12,15 @@ import hashlib
 import json
 import posixpath
 import shlex
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
+from synth_pipelines.agents.bindings import RuntimeBindings
 from synth_pipelines.agents.constraints import check_launch_constraints
 from synth_pipelines.agents.engines import EngineRuntime, engine_runtime
 from synth_pipelines.contracts.profile import Profile
 
 HOME = "/root"
 INSTRUCTION_STDIN = "/tmp/synth-instruction.txt"
-
-
-@dataclass(frozen=True)
-class RuntimeBindings:
-    """Values only the runtime knows; a profile refers to them by name."""
-
-    task: str
-    run: str
-    attempt: str
-    batch: str
-    model: str
-    proxy_url: str
-    token: str
-    context_window: str
-    max_output_tokens: str
-    log_dir: str = "/logs/agent"
-
-    @classmethod
-    def placeholders(cls, log_dir: str = "/logs/agent") -> RuntimeBindings:
-        """Every runtime value by name: what a launch records instead of secrets and ids."""
-        return cls(
-            **{f.name: f"${{{f.name}}}" for f in fields(cls) if f.name != "log_dir"},
-            log_dir=log_dir,
-        )
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,10 @@ from urllib.parse import urlparse
 import httpx
 from harbor.environments.base import BaseEnvironment
 
+from synth_pipelines.agents.bindings import RuntimeBindings
 from synth_pipelines.agents.engines import engine_runtime
 from synth_pipelines.agents.execute import LaunchResult, execute_launch
-from synth_pipelines.agents.launch import Launch, RuntimeBindings, build_launch
+from synth_pipelines.agents.launch import Launch, build_launch
 from synth_pipelines.config import settings
 from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.contracts.scoped_token import TokenClaims

@@ -183,8 +183,8 @@ def project(as_json: bool = JSON_OPTION) -> None:
     """Build the project's image, which a Docker deployment's run workers run in, on the
     platform's Docker engine (progress on stderr); an image of the same inputs is reused.
     Set SYNTH_PROJECT_IMAGE to the tag it prints."""
-    from synth_pipelines.runtime.project_image import ProjectImageError, build_project_image
     from synth_pipelines.services.dockerd import DockerDaemonError, daemon
+    from synth_pipelines.services.project_image import ProjectImageError, build_project_image
 
     def progress(line: str) -> None:
         errors.print(f"[dim]{line}[/]", highlight=False, soft_wrap=True)
@@ -192,7 +192,14 @@ def project(as_json: bool = JSON_OPTION) -> None:
     with user_errors(ProjectImageError, DockerDaemonError, SandboxStartError, OSError):
         engine = daemon()
         engine.ensure()
-        image = build_project_image(engine, progress)
+        config = settings()
+        image = build_project_image(
+            engine,
+            progress,
+            images_dir=config.images_dir,
+            debian_mirror=config.debian_mirror,
+            project_root=config.project_root,
+        )
     document = {
         "image": image.tag,
         "dependencies": image.deps_tag,

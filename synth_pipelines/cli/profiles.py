@@ -15,8 +15,8 @@ from synth_pipelines.registry.profiles import (
     PublishedProfile,
     get_profile,
     list_profiles,
-    publish_profile,
 )
+from synth_pipelines.submission.profiles import publish_profile
 from synth_pipelines.submission.run_requests import read_json_argument
 
 profile_app = typer.Typer(

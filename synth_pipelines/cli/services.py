@@ -117,11 +117,11 @@ def _production_settings(values: dict[str, str]) -> Settings:
 
 def _up_production(as_json: bool) -> None:
     from resources.dagster_instance import create_dagster_storage
-    from synth_pipelines.runtime.project_image import ProjectImageError, build_project_image
     from synth_pipelines.sandbox.errors import SandboxStartError
     from synth_pipelines.services import production
     from synth_pipelines.services.dockerd import DockerDaemonError, daemon
     from synth_pipelines.services.embedded import write_code_server_workspace
+    from synth_pipelines.services.project_image import ProjectImageError, build_project_image
 
     def say(line: str) -> None:
         errors.print(f"[dim]{line}[/]", highlight=False, soft_wrap=True)
@@ -134,7 +134,13 @@ def _up_production(as_json: bool) -> None:
     ):
         engine = daemon()
         engine.ensure()
-        image = build_project_image(engine, say)
+        image = build_project_image(
+            engine,
+            say,
+            images_dir=operator.images_dir,
+            debian_mirror=operator.debian_mirror,
+            project_root=operator.project_root,
+        )
         values = production.deployment_environment(
             layout,
             os.environ,

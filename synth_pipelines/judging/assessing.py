@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from synth_pipelines.contracts.assessment import Assessment
-from synth_pipelines.contracts.outcome_classes import ErrorClass
 from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.contracts.trial import TrialOutcome
 
@@ -45,7 +44,7 @@ def assessment(
     assessment_id: str,
     rewards_json: str | None,
     rationale: str | None,
-    error: tuple[ErrorClass | None, str | None],
+    error: tuple[str | None, str | None],
     assessed_at: datetime,
 ) -> Assessment:
     """An assessor's verdict on one attempt's retained work. `error` is the class and

@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import math
 import shlex
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from harbor.models.task.task import Task
 from harbor.models.trial.paths import EnvironmentPaths
 from harbor.models.verifier.result import VerifierResult
 from harbor.verifier.base import BaseVerifier
@@ -32,7 +34,7 @@ IMPORT_PATH = "synth_pipelines.judging.verifier:JudgeVerifier"
 REWARD_TEXT_PATH = "/logs/verifier/reward.txt"
 
 
-def _artifact_paths(task) -> list[str]:
+def _artifact_paths(task: Task) -> list[str]:
     return [a if isinstance(a, str) else a.source for a in task.config.artifacts]
 
 
@@ -68,7 +70,7 @@ def parse_verdict(json_text: str | None, plain_text: str | None) -> dict[str, fl
 
 
 class JudgeVerifier(BaseVerifier):
-    def __init__(self, *, judge: dict[str, str], identity: dict[str, str], **kwargs: Any):
+    def __init__(self, *, judge: dict[str, Any], identity: dict[str, Any], **kwargs: Any):
         super().__init__(**kwargs)
         self.judge = PinnedProfile.model_validate(judge)
         self.identity = AttemptIdentity(**identity)
@@ -89,11 +91,9 @@ class JudgeVerifier(BaseVerifier):
         )
         if self.task.paths.tests_dir.is_dir():
             await environment.upload_dir(self.task.paths.tests_dir, CONTEXT_DIR)
-        workdir = (await environment.exec("pwd")).stdout.strip() or "/"
+        workdir = ((await environment.exec("pwd")).stdout or "").strip() or "/"
         instruction = judge_instruction(self.task.instruction, workdir, _artifact_paths(self.task))
-        identity = AttemptIdentity(
-            **{**self.identity.__dict__, "trial_id": str(environment.context_id or "")}
-        )
+        identity = replace(self.identity, trial_id=str(environment.context_id or ""))
         started = datetime.now(UTC)
         outcome = await run_profile(
             environment,

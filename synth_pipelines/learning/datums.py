@@ -10,6 +10,7 @@ calls are actions in their own contexts and share the attempt's advantage.
 from __future__ import annotations
 
 import tinker
+from tinker.types import TensorDtype
 from tinker_cookbook.rl.data_processing import trajectory_to_data
 
 from synth_pipelines.contracts.interaction import Interaction
@@ -58,19 +59,21 @@ def group_datums(
     ]
 
 
-def training_datum(row: DatumRow) -> tinker.Datum:
-    """The datum sent to `forward_backward`; the mask stays local, as in the cookbook."""
+def training_datum(row: DatumRow, *, with_mask: bool = False) -> tinker.Datum:
+    """The row as tinker takes a datum. The mask stays local, as in the cookbook:
+    `forward_backward` gets the datum without it, the sampler-vs-trainer metrics
+    (`compute_kl_sample_train`) with it."""
+    inputs = {
+        "target_tokens": _tensor(row.target_tokens, "int64"),
+        "logprobs": _tensor(row.logprobs, "float32"),
+        "advantages": _tensor(row.advantages, "float32"),
+    }
+    if with_mask:
+        inputs["mask"] = _tensor(row.mask, "float32")
     return tinker.Datum(
-        model_input=tinker.ModelInput.from_ints(row.model_input),
-        loss_fn_inputs={
-            "target_tokens": tinker.TensorData(
-                data=row.target_tokens, dtype="int64", shape=[len(row.target_tokens)]
-            ),
-            "logprobs": tinker.TensorData(
-                data=row.logprobs, dtype="float32", shape=[len(row.logprobs)]
-            ),
-            "advantages": tinker.TensorData(
-                data=row.advantages, dtype="float32", shape=[len(row.advantages)]
-            ),
-        },
+        model_input=tinker.ModelInput.from_ints(row.model_input), loss_fn_inputs=inputs
     )
+
+
+def _tensor(values: list[int] | list[float], dtype: TensorDtype) -> tinker.TensorData:
+    return tinker.TensorData(data=values, dtype=dtype, shape=[len(values)])

@@ -2,7 +2,7 @@
 
 Eligibility is settled before advantages: an attempt without a valid reward or without
 trustworthy evidence is excluded with its reason, and only then are the remaining rewards
-centered within the group by tinker-cookbook's `compute_advantages`. A valid zero reward
+centered within the group (tinker-cookbook's `compute_advantages`). A valid zero reward
 is a learning outcome; missing or invalid evidence is an exclusion.
 """
 
@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import math
 
-import tinker
-from tinker_cookbook.rl.data_processing import compute_advantages
-from tinker_cookbook.rl.types import Trajectory, TrajectoryGroup
+import torch
 
 from synth_pipelines.contracts.assessment import Assessment
 from synth_pipelines.contracts.interaction import Interaction
@@ -94,6 +92,15 @@ def group_exclusion(rewards: list[float], eligibility: Eligibility) -> str | Non
     return None
 
 
+def group_advantages(rewards: list[float]) -> list[float]:
+    """Each reward centered within its group: tinker-cookbook's `compute_advantages`,
+    which takes trajectory groups, computed from the rewards alone (the same float32
+    arithmetic)."""
+    rewards_G = torch.tensor(rewards)
+    advantages_G = rewards_G - rewards_G.mean()
+    return [float(value) for value in advantages_G]
+
+
 def qualify_group(
     outcomes: list[TrialOutcome],
     assessments: dict[str, Assessment],
@@ -118,17 +125,9 @@ def qualify_group(
     why_not = group_exclusion(rewards, eligibility)
     advantages: dict[str, float] = {}
     if why_not is None:
-        group = TrajectoryGroup(
-            trajectories_G=[
-                Trajectory(transitions=[], final_ob=tinker.ModelInput.empty()) for _ in qualified
-            ],
-            final_rewards_G=rewards,
-            metrics_G=[{} for _ in qualified],
-        )
-        (advantages_G,) = compute_advantages([group])
         advantages = {
-            o.attempt_id: float(value)
-            for (o, _), value in zip(qualified, advantages_G, strict=True)
+            o.attempt_id: value
+            for (o, _), value in zip(qualified, group_advantages(rewards), strict=True)
         }
     return [
         QualifiedAttempt(

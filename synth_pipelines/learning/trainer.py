@@ -52,22 +52,9 @@ class Gradients:
     seconds: float
 
 
-def _mask(row: DatumRow) -> torch.Tensor:
-    return torch.tensor(row.mask)
-
-
 def first_call_agreement(rows: list[DatumRow], learner: list[torch.Tensor]) -> dict[str, float]:
     """Sampler vs trainer on one forward_backward, the way tinker-cookbook logs it."""
-    data = [
-        tinker.Datum(
-            model_input=tinker.ModelInput.from_ints(row.model_input),
-            loss_fn_inputs={
-                "logprobs": tinker.TensorData.from_torch(torch.tensor(row.logprobs)),
-                "mask": tinker.TensorData.from_torch(_mask(row)),
-            },
-        )
-        for row in rows
-    ]
+    data = [training_datum(row, with_mask=True) for row in rows]
     return compute_kl_sample_train(data, learner)
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from sqlalchemy import Engine, insert, select
+from sqlalchemy import Engine, Row, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from synth_pipelines.contracts.dataset import DatasetVersion, TaskRef, dataset_digest
@@ -59,7 +59,7 @@ def discover_task_dirs(directory: Path) -> list[Path]:
     return found
 
 
-def _version(row) -> DatasetVersion:
+def _version(row: Row[Any]) -> DatasetVersion:
     created = row.created_at if row.created_at.tzinfo else row.created_at.replace(tzinfo=UTC)
     return DatasetVersion(
         name=row.name,

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
-from pydantic import ValidationError
-from sqlalchemy import Engine, insert, select
+from sqlalchemy import Engine, Row, insert, select
 from sqlalchemy.exc import IntegrityError
 
-from synth_pipelines.agents.constraints import LaunchConstraintError, check_launch_constraints
-from synth_pipelines.agents.engines import engine_runtime
-from synth_pipelines.contracts.profile import PinnedProfile, Profile, ProfileDigestError
+from synth_pipelines.contracts.profile import PinnedProfile, ProfileDigestError
 from synth_pipelines.contracts.refs import parse_ref
-from synth_pipelines.contracts.validation_errors import describe_validation_error
 from synth_pipelines.control.schema import profile_versions
 
 
@@ -28,7 +25,7 @@ class PublishedProfile:
     created_at: datetime
 
 
-def _published(row) -> PublishedProfile:
+def _published(row: Row[Any]) -> PublishedProfile:
     pinned = PinnedProfile(
         name=row.name, version=row.version, digest=row.digest, canonical=row.canonical
     )
@@ -48,26 +45,6 @@ def _find(engine: Engine, name: str, version: str) -> PublishedProfile | None:
             )
         ).first()
     return _published(row) if row else None
-
-
-def check_launchable(profile: Profile) -> None:
-    """Refuse, up front, a profile the launcher would refuse at every launch: one that
-    changes the proxy route, the scoped token or the model binding, or pins another engine."""
-    if profile.launched:
-        try:
-            check_launch_constraints(profile, engine_runtime(profile.engine))
-        except LaunchConstraintError as error:
-            raise ProfileError(str(error)) from None
-
-
-def publish_profile(engine: Engine, document: dict, owner: str) -> tuple[PublishedProfile, bool]:
-    """Store `name@version`; identical bytes again is a no-op, different bytes are refused."""
-    try:
-        pinned = PinnedProfile.from_document(document)
-    except ValidationError as error:
-        raise ProfileError(f"invalid profile: {describe_validation_error(error)}") from None
-    check_launchable(pinned.profile())
-    return register_profile(engine, pinned, owner)
 
 
 def register_profile(

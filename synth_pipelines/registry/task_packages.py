@@ -20,9 +20,8 @@ from harbor.models.task.task import Task
 from harbor.publisher.packager import Packager
 from pydantic import ValidationError
 
+from synth_pipelines.contracts.build_context import context_sources, resolve_source
 from synth_pipelines.contracts.dataset import TaskRef
-from synth_pipelines.sandbox.dockerfile import context_sources
-from synth_pipelines.sandbox.filesystem import resolve_source
 from synth_pipelines.storage.objectstore import ObjectStore, sha256_hex
 
 

@@ -67,7 +67,7 @@ class BaseImage:
     suite: str
     python: bool
     # Packages beyond a task base's, for a system that is not a task's `FROM` (the
-    # platform's own image, `runtime/project_image.py`).
+    # platform's own image, `services/project_image.py`).
     extra: tuple[str, ...] = ()
 
     @property

@@ -23,6 +23,7 @@ from pathlib import Path, PurePosixPath
 
 from dockerfile_parse import DockerfileParser
 
+from synth_pipelines.contracts.build_context import REMOTE_SOURCE_MARKERS
 from synth_pipelines.sandbox.errors import UnsupportedTaskError
 
 # What changes nothing in the files or the environment a command sees: a trial runs
@@ -43,7 +44,6 @@ IGNORED_INSTRUCTIONS = frozenset(
         "ONBUILD",
     }
 )
-REMOTE_SOURCE_MARKERS = ("://", "git@")
 
 
 @dataclass(frozen=True)
@@ -188,30 +188,6 @@ def read_dockerfile(
         steps=tuple(steps),
         user=user,
     )
-
-
-def context_sources(dockerfile: Path) -> list[tuple[str, int]]:
-    """(source, line) of every build-context source a Dockerfile's COPY/ADD names,
-    whatever else it holds: what any builder, not only the local sandbox, copies from
-    the build context. Remote sources, `--from` stages and variables are not the
-    context's, so they are left out."""
-    parser = DockerfileParser(fileobj=io.BytesIO(dockerfile.read_bytes()))
-    found = []
-    for item in parser.structure:
-        if item["instruction"] not in ("COPY", "ADD") or "$" in item["value"]:
-            continue
-        words = item["value"].split()
-        flags = [word for word in words if word.startswith("--")]
-        if any(flag.startswith("--from") for flag in flags):
-            continue
-        rest = " ".join(words[len(flags) :])
-        arguments = json.loads(rest) if rest.startswith("[") else rest.split()
-        found += [
-            (source, item["startline"] + 1)
-            for source in arguments[:-1]
-            if not any(marker in source for marker in REMOTE_SOURCE_MARKERS)
-        ]
-    return found
 
 
 Refuse = Callable[[str], UnsupportedTaskError]

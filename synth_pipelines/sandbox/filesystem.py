@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from synth_pipelines.contracts.build_context import resolve_source
 from synth_pipelines.sandbox.dockerfile import CopyStep, DockerfileRecipe
 from synth_pipelines.sandbox.errors import UnsupportedTaskError
 from synth_pipelines.sandbox.userns import host_id
@@ -211,28 +212,6 @@ def resolve_sources(step: CopyStep, context: Path) -> list[Path]:
     return [
         path for pattern in step.sources for path in resolve_source(pattern, step.line, context)
     ]
-
-
-def resolve_source(pattern: str, line: int, context: Path) -> list[Path]:
-    """The build-context files one COPY/ADD source names (Docker's rules: relative to
-    the context, globs allowed); FileNotFoundError if none exists, PermissionError if
-    one resolves outside the context, each naming the source, its line and the fix."""
-    context = context.resolve()
-    relative = pattern.lstrip("/") or "."
-    matches = [context] if relative in (".", "./") else sorted(context.glob(relative))
-    if not matches:
-        raise FileNotFoundError(
-            f"COPY/ADD source {pattern!r} (Dockerfile line {line}) is not in the build "
-            f"context {context}; add the file there or fix the Dockerfile"
-        )
-    for match in matches:
-        if not match.resolve().is_relative_to(context):
-            raise PermissionError(
-                f"COPY/ADD source {pattern!r} (Dockerfile line {line}) resolves outside the "
-                f"build context {context}; a Dockerfile can only copy what its own "
-                "directory holds, so move the file into it"
-            )
-    return matches
 
 
 def _host_entry(path: Path) -> list[str]:

@@ -26,14 +26,10 @@ from synth_pipelines.control.ownership import (
 )
 from synth_pipelines.control.runs import RunRecord, accept_run
 from synth_pipelines.registry.datasets import get_dataset
-from synth_pipelines.registry.profiles import (
-    ProfileError,
-    check_launchable,
-    get_profile,
-    register_profile,
-)
+from synth_pipelines.registry.profiles import ProfileError, get_profile, register_profile
 from synth_pipelines.runtime.served_models import ModelNotServedError
 from synth_pipelines.submission.errors import SubmissionError
+from synth_pipelines.submission.profiles import check_launchable
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,8 @@ PROTOBUF = "application/x-protobuf"
 # Both dependencies are coroutines: FastAPI runs a plain function dependency on a thread
 # pool, a thread hand-off on every request.
 async def model_service(request: Request) -> ModelService:
-    return request.app.state.model_service
+    service: ModelService = request.app.state.model_service
+    return service
 
 
 async def require_api_key(x_api_key: Annotated[str | None, Header()] = None) -> None:

@@ -26,6 +26,7 @@ from transformers import (
     Qwen3Config,
     Qwen3ForCausalLM,
 )
+from transformers.cache_utils import CacheLayerMixin, DynamicCache
 
 from synth_pipelines.rendering.model_names import (
     DEEPSEEK_TINY,
@@ -98,10 +99,11 @@ def qwen3_tokenizer() -> SeededTokenizer:
     return SeededTokenizer(
         tokenizer,
         str(tokenizer_dir),
+        # One token in, one id out; transformers types every result as `int | list[int]`.
         (
             tokenizer.convert_tokens_to_ids("<|im_end|>"),
             tokenizer.convert_tokens_to_ids("<|endoftext|>"),
-        ),
+        ),  # type: ignore[arg-type]
     )
 
 
@@ -126,7 +128,10 @@ def _small_qwen3(
 ) -> Qwen3Config:
     """Four layers, four query and two key/value heads, a feed-forward three times as wide;
     by default Qwen3's vocabulary, context and special tokens."""
-    return Qwen3Config(
+    # A config's fields become its __init__ parameters only at run time (transformers makes
+    # each PreTrainedConfig subclass a dataclass in __init_subclass__), so mypy sees
+    # PreTrainedConfig's own parameters.
+    return Qwen3Config(  # type: ignore[call-arg]
         vocab_size=vocab_size,
         hidden_size=hidden_size,
         intermediate_size=3 * hidden_size,
@@ -241,7 +246,9 @@ def _seeded_qwen3(
             model.initialise(network)
     return _finish(
         name,
-        network.to(device=device, dtype=dtype),
+        # transformers wraps `to` in functools.wraps(nn.Module.to), which typeshed types as
+        # an unbound function: the model would be the first argument.
+        network.to(device=device, dtype=dtype),  # type: ignore[call-arg]
         tokenizer.tokenizer,
         tokenizer_id=tokenizer.tokenizer_id,
         stop_token_ids=tokenizer.stop_token_ids,
@@ -253,7 +260,7 @@ def _local_directory(path: str, device: torch.device, dtype: torch.dtype) -> Bac
     network = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
     return _finish(
         path,
-        network.to(device),
+        network.to(device),  # type: ignore[arg-type]  # wrapped `to`, as above
         tokenizer,
         tokenizer_id=path,
         stop_token_ids=_directory_stop_tokens(path, tokenizer),
@@ -291,3 +298,15 @@ def _finish(
         max_context=int(getattr(network.config, "max_position_embeddings", 0) or 32768),
         vocab_size=int(network.get_output_embeddings().weight.shape[0]),
     )
+
+
+def layer_states(cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each layer's keys and values in a cache the decoder has filled. The decoders served
+    here have attention layers only; the cache's types allow linear-attention layers and
+    layers not yet filled, which have none."""
+    states = []
+    for layer in cache.layers:
+        if not isinstance(layer, CacheLayerMixin) or layer.keys is None or layer.values is None:
+            raise TypeError(f"expected a filled attention layer in the cache, found {layer!r}")
+        states.append((layer.keys, layer.values))
+    return states

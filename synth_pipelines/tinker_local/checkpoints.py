@@ -148,4 +148,5 @@ def _description(blob: bytes) -> dict[str, Any]:
     """The metadata from the safetensors header: 8 bytes of length, then JSON."""
     header_length = int.from_bytes(blob[:8], "little")
     header = json.loads(blob[8 : 8 + header_length])
-    return json.loads(header.get("__metadata__", {}).get(_DESCRIPTION, "{}"))
+    description: dict[str, Any] = json.loads(header.get("__metadata__", {}).get(_DESCRIPTION, "{}"))
+    return description

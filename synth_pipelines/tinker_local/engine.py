@@ -9,13 +9,13 @@ Between two exclusive operations at most one sampling batch runs, and vice versa
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
 
 from synth_pipelines.tinker_local.errors import UserError
 from synth_pipelines.tinker_local.lora import Adapter, LoraSlots
@@ -98,7 +98,9 @@ class Engine:
         if not self._sampling:
             return []
         weights = self._sampling[0].adapter
-        batch, rest, rows = [], deque(), 0
+        batch: list[_Sampling] = []
+        rest: deque[_Sampling] = deque()
+        rows = 0
         for item in self._sampling:
             fits = rows + item.job.num_samples <= MAX_BATCH_ROWS or not batch
             if item.adapter is weights and fits:
@@ -119,17 +121,18 @@ class Engine:
                 item.future.set_result(failure)
             return
         for item, output in zip(batch, outputs, strict=True):
-            item.future.set_result(_guarded(lambda i=item, o=output: i.finish(o)))
+            item.future.set_result(_guarded(functools.partial(item.finish, output)))
 
     def _fail_pending(self) -> None:
         failure = Failure("the model service is shutting down; retry against a new one", "server")
-        for item in [*self._exclusive, *self._sampling]:
+        pending: list[_Exclusive | _Sampling] = [*self._exclusive, *self._sampling]
+        for item in pending:
             item.future.set_result(failure)
         self._exclusive.clear()
         self._sampling.clear()
 
 
-def _guarded(work: Callable[[], Any]) -> Outcome:
+def _guarded(work: Callable[[], Outcome]) -> Outcome:
     try:
         return work()
     except Exception as error:

@@ -54,7 +54,7 @@ class LoraSlot(nn.Module):
         self.scale = 0.0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.base(x)
+        out: torch.Tensor = self.base(x)
         if self.factors is None:
             return out
         down, up = self.factors

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -22,7 +22,7 @@ from torch import nn
 from torch.nn import functional
 from transformers import DynamicCache
 
-from synth_pipelines.tinker_local.backbone import Backbone
+from synth_pipelines.tinker_local.backbone import Backbone, layer_states
 from synth_pipelines.tinker_local.lora import LoraSlot
 from synth_pipelines.tinker_local.token_logprobs import (
     chunk_rows,
@@ -271,14 +271,15 @@ class Sampler:
             return cache, None
         width = max(len(job.prompt) for job in jobs)
         cache = DynamicCache(config=self.backbone.network.config)
-        for layer in range(len(prefills[0].cache.layers)):
+        stored = [layer_states(prefill.cache) for prefill in prefills]
+        for layer in range(len(stored[0])):
             keys, values = [], []
-            for job, prefill in zip(jobs, prefills, strict=True):
-                stored = prefill.cache.layers[layer]
+            for job, states in zip(jobs, stored, strict=True):
+                stored_keys, stored_values = states[layer]
                 pad = (0, 0, width - len(job.prompt), 0)
-                keys.append(functional.pad(stored.keys, pad).repeat_interleave(job.num_samples, 0))
+                keys.append(functional.pad(stored_keys, pad).repeat_interleave(job.num_samples, 0))
                 values.append(
-                    functional.pad(stored.values, pad).repeat_interleave(job.num_samples, 0)
+                    functional.pad(stored_values, pad).repeat_interleave(job.num_samples, 0)
                 )
             cache.update(torch.cat(keys), torch.cat(values), layer)
         if all(len(job.prompt) == width for job in jobs):
@@ -354,7 +355,7 @@ class _MergedHead:
         self._columns = torch.empty(0)
 
     @staticmethod
-    def over(head: nn.Module):
+    def over(head: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
         if (
             isinstance(head, LoraSlot)
             and head.base.weight.device.type == "cpu"

@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from synth_pipelines.tinker_local.backbone import Backbone
 from synth_pipelines.tinker_local.errors import UserError
-from synth_pipelines.tinker_local.sampling import DecodeParams, ForcedCompletion
+from synth_pipelines.tinker_local.sampling import DecodeParams, ForcedCompletion, StopReason
 
 PROMPT_TAIL_CHARS = 200
 
@@ -110,7 +110,7 @@ class Script:
         or a missing entry reported, since decoding a long prompt is not free.
         """
         remaining = list(self._entries)
-        chosen = []
+        chosen: list[ScriptEntry] = []
         for _ in range(count):
             found = next((c for c in remaining if c.matches(prompt)), None)
             if found is None:
@@ -135,7 +135,7 @@ def forced_completion(
         ended = tokens[-1] in (params.stop_token_ids or backbone.stop_token_ids)
     else:
         tokens, ended = _text_completion(entry, params, backbone)
-    stop_reason = "stop" if ended else "length"
+    stop_reason: StopReason = "stop" if ended else "length"
     if len(tokens) > params.max_tokens:
         tokens, stop_reason = tokens[: params.max_tokens], "length"
     if not tokens:

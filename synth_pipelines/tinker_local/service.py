@@ -64,21 +64,32 @@ class ModelService:
         future.set_result(Failure(str(error), "user"))
         return {"request_id": request_id, **extra}
 
-    def _submit(self, model: LoadedModel, work: Callable[[], Outcome], **extra: Any) -> Answer:
+    def _submit_creation(
+        self, model: LoadedModel, slot: RunSlot, build: Callable[[], TrainingRun], result: Answer
+    ) -> Answer:
+        """Build the training model `slot` on `model`'s engine; its poll answers `result`."""
         request_id, future = self.pending.open()
+
+        def work() -> Outcome:
+            slot.build(build)
+            return JsonResult(result)
+
         model.engine.run(work, future)
-        return {"request_id": request_id, **extra}
+        return {"request_id": request_id, "model_id": slot.model_id}
 
     def _submit_ordered(
-        self, slot: RunSlot, seq_id: int | None, work: Callable[[], Outcome]
+        self, model_id: str, seq_id: int | None, work: Callable[[RunSlot], Outcome]
     ) -> Answer:
+        """Run `work` on the training model `model_id`, in seq_id order, on its base model's
+        engine; an unknown model fails the request."""
         request_id, future = self.pending.open()
         try:
+            slot = self.registry.run(model_id)
             engine = self.models.get(slot.base_model).engine
-            slot.queue.submit(seq_id, lambda: engine.run(work, future))
+            slot.queue.submit(seq_id, lambda: engine.run(lambda: work(slot), future))
         except UserError as error:
             future.set_result(Failure(str(error), "user"))
-        return {"request_id": request_id, "model_id": slot.model_id}
+        return {"request_id": request_id, "model_id": model_id}
 
     # Training -------------------------------------------------------------------------
 
@@ -101,11 +112,8 @@ class ModelService:
             )
             return TrainingRun(slot.model_id, model.backbone, model.slots, adapter)
 
-        def work() -> Outcome:
-            slot.build(build)
-            return JsonResult(types.CreateModelResponse(model_id=slot.model_id).model_dump())
-
-        return self._submit(model, work, model_id=slot.model_id)
+        created = types.CreateModelResponse(model_id=slot.model_id).model_dump()
+        return self._submit_creation(model, slot, build, created)
 
     def get_info(self, model_id: str) -> types.GetInfoResponse:
         run = self.registry.run(model_id).ready()
@@ -123,12 +131,7 @@ class ModelService:
         )
 
     def forward_backward(self, call: ForwardBackwardCall) -> Answer:
-        try:
-            slot = self.registry.run(call.model_id)
-        except UserError as error:
-            return self._failed(error, model_id=call.model_id)
-
-        def work() -> Outcome:
+        def work(slot: RunSlot) -> Outcome:
             run = slot.ready()
             loss, config = resolve_loss(call.loss_fn, call.loss_fn_config())
             datums = training_datums(
@@ -142,15 +145,10 @@ class ModelService:
                 )
             )
 
-        return self._submit_ordered(slot, call.seq_id, work)
+        return self._submit_ordered(call.model_id, call.seq_id, work)
 
     def optim_step(self, request: types.OptimStepRequest) -> Answer:
-        try:
-            slot = self.registry.run(request.model_id)
-        except UserError as error:
-            return self._failed(error, model_id=request.model_id)
-
-        def work() -> Outcome:
+        def work(slot: RunSlot) -> Outcome:
             params = request.optim_params
             if not isinstance(params, types.AdamParams):
                 raise UserError(
@@ -160,28 +158,18 @@ class ModelService:
             metrics = slot.ready().optim_step(params)
             return JsonResult(types.OptimStepResponse(metrics=metrics).model_dump())
 
-        return self._submit_ordered(slot, request.seq_id, work)
+        return self._submit_ordered(request.model_id, request.seq_id, work)
 
     def save_weights(self, request: types.SaveWeightsRequest) -> Answer:
-        try:
-            slot = self.registry.run(request.model_id)
-        except UserError as error:
-            return self._failed(error, model_id=request.model_id)
-
-        def work() -> Outcome:
+        def work(slot: RunSlot) -> Outcome:
             path = CheckpointPath.new(slot.model_id, "weights", _name(request.path))
             self._save(path, slot.ready(), with_optimizer=True)
             return JsonResult({"path": path.uri, "type": "save_weights"})
 
-        return self._submit_ordered(slot, request.seq_id, work)
+        return self._submit_ordered(request.model_id, request.seq_id, work)
 
     def save_weights_for_sampler(self, request: types.SaveWeightsForSamplerRequest) -> Answer:
-        try:
-            slot = self.registry.run(request.model_id)
-        except UserError as error:
-            return self._failed(error, model_id=request.model_id)
-
-        def work() -> Outcome:
+        def work(slot: RunSlot) -> Outcome:
             run = slot.ready()
             if request.path is not None:
                 path = CheckpointPath.new(slot.model_id, "sampler_weights", request.path)
@@ -202,7 +190,7 @@ class ModelService:
                 {"sampling_session_id": sampler.sampler_id, "type": "save_weights_for_sampler"}
             )
 
-        return self._submit_ordered(slot, request.seq_id, work)
+        return self._submit_ordered(request.model_id, request.seq_id, work)
 
     def _save(self, path: CheckpointPath, run: TrainingRun, *, with_optimizer: bool) -> None:
         self.checkpoints.save(
@@ -218,16 +206,11 @@ class ModelService:
     def load_weights(self, request: types.LoadWeightsRequest) -> Answer:
         if request.session_id is not None:
             return self._create_from_checkpoint(request)
-        try:
-            if request.model_id is None:
-                raise UserError(
-                    "load_weights needs either session_id and model_seq_id, or model_id"
-                )
-            slot = self.registry.run(request.model_id)
-        except UserError as error:
-            return self._failed(error, model_id=request.model_id)
+        if request.model_id is None:
+            error = UserError("load_weights needs either session_id and model_seq_id, or model_id")
+            return self._failed(error, model_id=None)
 
-        def work() -> Outcome:
+        def work(slot: RunSlot) -> Outcome:
             run = slot.ready()
             path = CheckpointPath.parse(request.path)
             checkpoint = self._load_checkpoint(path, optimizer=request.optimizer)
@@ -244,7 +227,7 @@ class ModelService:
             run.load(checkpoint.adapter, checkpoint.optimizer if request.optimizer else None)
             return JsonResult({"path": path.uri, "model_id": slot.model_id, "type": "load_weights"})
 
-        return self._submit_ordered(slot, request.seq_id, work)
+        return self._submit_ordered(request.model_id, request.seq_id, work)
 
     def _create_from_checkpoint(self, request: types.LoadWeightsRequest) -> Answer:
         try:
@@ -272,11 +255,8 @@ class ModelService:
                 run.restore_optimizer(checkpoint.optimizer)
             return run
 
-        def work() -> Outcome:
-            slot.build(build)
-            return JsonResult({"path": path.uri, "model_id": slot.model_id, "type": "load_weights"})
-
-        return self._submit(model, work, model_id=slot.model_id)
+        loaded = {"path": path.uri, "model_id": slot.model_id, "type": "load_weights"}
+        return self._submit_creation(model, slot, build, loaded)
 
     def _load_checkpoint(self, path: CheckpointPath, *, optimizer: bool) -> Checkpoint:
         checkpoint = self.checkpoints.load(path)
@@ -381,7 +361,9 @@ class ModelService:
         prompt = functools.cache(
             lambda: tokenizer.decode(list(job.prompt), skip_special_tokens=False)
         )
-        entries = self.script.take(prompt, job.num_samples)
+        # One sequence of ids decodes to one str; transformers types every result as
+        # `str | list[str]`.
+        entries = self.script.take(prompt, job.num_samples)  # type: ignore[arg-type]
         if (job.scoring is not None or job.topk_sample) and any(
             entry.logprob is not None for entry in entries
         ):

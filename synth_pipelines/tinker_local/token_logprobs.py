@@ -86,10 +86,11 @@ def _rows_logprobs(
 
 
 def _chunk_logprobs(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    logits = head(hidden).float()
+    logits: torch.Tensor = head(hidden).float()
     return logits.gather(-1, targets) - logits.logsumexp(-1, keepdim=True)
 
 
 def next_token_logprobs(head: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
     """The full fp32 next-token distribution (as log-probabilities) for each row of hidden."""
-    return head(hidden).float().log_softmax(-1)
+    logits: torch.Tensor = head(hidden).float()
+    return logits.log_softmax(-1)

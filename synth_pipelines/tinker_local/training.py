@@ -20,7 +20,7 @@ import torch
 from tinker import types
 from transformers import DynamicCache
 
-from synth_pipelines.tinker_local.backbone import Backbone
+from synth_pipelines.tinker_local.backbone import Backbone, layer_states
 from synth_pipelines.tinker_local.datums import TrainingDatum
 from synth_pipelines.tinker_local.errors import UserError
 from synth_pipelines.tinker_local.lora import Adapter, LoraSlots
@@ -64,7 +64,7 @@ class _SharedPrefix:
             cache = DynamicCache()
             run = decoder(input_ids=tokens[None], past_key_values=cache, use_cache=True)
             self._outputs = [run.last_hidden_state[0]] + [
-                tensor for layer in cache.layers for tensor in (layer.keys, layer.values)
+                tensor for state in layer_states(cache) for tensor in state
             ]
         self._leaves = [
             tensor.detach().requires_grad_(tensor.requires_grad) for tensor in self._outputs
@@ -104,7 +104,8 @@ class TrainingRun:
 
     @property
     def decoder(self) -> torch.nn.Module:
-        return self.backbone.network.get_decoder()
+        decoder: torch.nn.Module = self.backbone.network.get_decoder()
+        return decoder
 
     def forward_backward(
         self,

@@ -136,7 +136,8 @@ def encode_forward_backward_output(
     output = pb.ForwardBackwardOutput(
         loss_fn_output_type="ArrayRecord", loss_fn_outputs=[record], metrics=metrics
     )
-    return output.SerializeToString()
+    encoded: bytes = output.SerializeToString()
+    return encoded
 
 
 def encode_sample_response(output: SampleOutput) -> bytes:
@@ -154,7 +155,8 @@ def encode_sample_response(output: SampleOutput) -> bytes:
         message.prompt_logprobs = np.asarray(output.prompt_logprobs, dtype=np.float32).tobytes()
     if output.prompt_topk is not None:
         message.topk_prompt_logprobs.CopyFrom(_topk(output.prompt_topk))
-    return message.SerializeToString()
+    encoded: bytes = message.SerializeToString()
+    return encoded
 
 
 def _topk(rows: TopkRows) -> pb.TopkLogprobs:

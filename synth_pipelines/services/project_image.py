@@ -40,7 +40,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from synth_pipelines.config import Settings, settings
 from synth_pipelines.sandbox.bases import BASE_ENV, BaseImage, BaseImages, resolve_base
 from synth_pipelines.sandbox.layers import LayerStore
 from synth_pipelines.services.dockerd import DockerDaemon
@@ -388,26 +387,33 @@ async def _seeded_layers(images: BaseImages, progress: Progress) -> list[Path]:
     return seeds
 
 
-def build_project_image(daemon: DockerDaemon, progress: Progress) -> ProjectImage:
-    """The project's image on `daemon`, built unless an image of the same inputs exists.
-    One build at a time per image cache: a second caller waits, then finds it built."""
+def build_project_image(
+    daemon: DockerDaemon,
+    progress: Progress,
+    *,
+    images_dir: Path,
+    debian_mirror: str,
+    project_root: Path,
+) -> ProjectImage:
+    """The project's image on `daemon` from the checkout at `project_root`, built unless an
+    image of the same inputs exists; its Debian base and seeded layers come from the image
+    cache `images_dir`. One build at a time per image cache: a second caller waits, then
+    finds it built."""
     started = time.monotonic()
-    config = settings()
-    lock_path = config.images_dir / ".locks" / "project-image"
+    images = BaseImages(images_dir, LayerStore(images_dir / "layers"), debian_mirror)
+    lock_path = images_dir / ".locks" / "project-image"
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with lock_path.open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        tag, deps_tag, built = _build(config, _DockerCli(daemon), progress)
+        tag, deps_tag, built = _build(images, project_root, _DockerCli(daemon), progress)
     return ProjectImage(tag, deps_tag, built=built, build_sec=time.monotonic() - started)
 
 
-def _build(config: Settings, docker: _DockerCli, progress: Progress) -> tuple[str, str, bool]:
-    images = BaseImages(
-        config.images_dir, LayerStore(config.images_dir / "layers"), config.debian_mirror
-    )
+def _build(
+    images: BaseImages, project_root: Path, docker: _DockerCli, progress: Progress
+) -> tuple[str, str, bool]:
     seeds = asyncio.run(_seeded_layers(images, progress))
     deps_tag = f"{DEPS_REPOSITORY}:{_deps_key(seeds)}"
-    project_root = config.project_root
     files = _app_files(project_root)
     key = _app_key(deps_tag, project_root, files)
     tag = f"{REPOSITORY}:{key}"
