@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from pydantic import ValidationError
@@ -12,6 +11,7 @@ from sqlalchemy.exc import IntegrityError
 from synth_pipelines.agents.constraints import LaunchConstraintError, check_launch_constraints
 from synth_pipelines.agents.engines import engine_runtime
 from synth_pipelines.contracts.profile import PinnedProfile, Profile, ProfileDigestError
+from synth_pipelines.contracts.published_profile import PublishedProfile
 from synth_pipelines.contracts.refs import parse_ref
 from synth_pipelines.contracts.validation_errors import describe_validation_error
 from synth_pipelines.control.schema import profile_versions
@@ -21,23 +21,13 @@ class ProfileError(ValueError):
     """A profile request that cannot be honored, with the reason for the operator."""
 
 
-@dataclass(frozen=True)
-class PublishedProfile:
-    pinned: PinnedProfile
-    owner: str
-    created_at: datetime
-
-
 def _published(row) -> PublishedProfile:
-    pinned = PinnedProfile(
-        name=row.name, version=row.version, digest=row.digest, canonical=row.canonical
-    )
+    published = PublishedProfile.model_validate(row, from_attributes=True)
     try:
-        pinned.profile()
+        published.pinned.profile()
     except ProfileDigestError as error:
         raise ProfileError(f"stored profile {row.name}@{row.version} is corrupt: {error}") from None
-    created = row.created_at if row.created_at.tzinfo else row.created_at.replace(tzinfo=UTC)
-    return PublishedProfile(pinned, row.owner, created)
+    return published
 
 
 def _find(engine: Engine, name: str, version: str) -> PublishedProfile | None:
