@@ -12,19 +12,9 @@ from synth_pipelines.contracts.new_datum_reasons import NewDatumReason
 
 
 class BatchLearning(BaseModel):
-    """The group shares and per-turn token counts are tinker-cookbook's `by_group/frac_*`,
-    `ac_tokens_per_turn`, `ob_tokens_per_turn` and `turns_per_episode`; the sampler/trainer
-    agreement is its `kl_sample_train_v1`/`_v2`, measured at the batch's first
-    forward_backward. Step fields are null for a batch that applied no step.
-
-    The per-attempt calls and datums are over the attempts packed into datums;
-    `new_datum_reasons` counts why each datum after an attempt's first one started. All
-    are null for batches recorded before they were counted, and the means and maxima
-    also for a batch that packed no attempt.
-
-    A batch records the numbers it has (`recorded`): one that applied no step records no
+    """A batch records the numbers it has (`recorded`): one that applied no step records no
     step numbers, and one recorded before a number was counted lacks it. A number a batch
-    did not record reads as its default here."""
+    did not record reads as its default here. What each number is: `BatchLearningRow`."""
 
     model_config = ConfigDict(frozen=True)
 

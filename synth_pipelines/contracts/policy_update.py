@@ -29,8 +29,18 @@ class PolicyUpdate(BaseModel):
 
 
 class BatchLearningRow(BatchLearning):
-    """One batch's learning numbers with the update they belong to, flat: a row of
-    `synth run show`'s learning tables and of its `--json` document."""
+    """One training batch, flat: its update and its learning numbers, a row of `synth run
+    show`'s learning tables and of its `--json` document.
+
+    The group shares and per-turn token counts are tinker-cookbook's `by_group/frac_*`,
+    `ac_tokens_per_turn`, `ob_tokens_per_turn` and `turns_per_episode`; the sampler/trainer
+    agreement is its `kl_sample_train_v1`/`_v2`, measured at the batch's first
+    forward_backward. Step fields are null for a batch that applied no step.
+
+    The per-attempt calls and datums are over the attempts packed into datums;
+    `new_datum_reasons` counts why each datum after an attempt's first one started. All
+    are null for batches recorded before they were counted, and the means and maxima
+    also for a batch that packed no attempt."""
 
     batch: str
     batch_index: int
