@@ -23,7 +23,7 @@ class PolicyUpdate(BaseModel):
     metrics: Annotated[BatchLearning, JsonText] = Field(
         validation_alias=AliasChoices("metrics", "metrics_json")
     )
-    """The batch's learning numbers; none while the update is unresolved."""
+    """The batch's learning numbers (none recorded while the update is unresolved)."""
     marked_at: UtcDateTime
     resolution: str | None
 
@@ -48,6 +48,8 @@ class BatchLearningRow(BatchLearning):
 
     @classmethod
     def of(cls, update: PolicyUpdate) -> Self:
+        """The update's row: its datums are the update's; a batch that applied no step
+        says why, in its own words or else in the update's resolution (discarded)."""
         learning = update.metrics
         return cls.model_validate(
             {
