@@ -31,6 +31,7 @@ from resources.object_store import ObjectStoreResource
 from resources.training import TrainingService
 from synth_pipelines.config import settings
 from synth_pipelines.contracts.assessment import Assessment
+from synth_pipelines.contracts.batch_learning import BatchLearning
 from synth_pipelines.contracts.learning import (
     DatumRow,
     PolicyBinding,
@@ -276,18 +277,18 @@ async def batch(
     from synth_pipelines.control.policy_updates import UnresolvedUpdateError
 
     try:
-        metrics = await step.update(sampling_sec)
+        learning = await step.update(sampling_sec)
     except UnresolvedUpdateError as error:
         raise dg.Failure(description=str(error)) from None
-    if not metrics.get("optimizer_step"):
-        context.log.warning(f"batch {context.partition_key}: {metrics.get('no_step_reason')}")
+    if not learning.optimizer_step:
+        context.log.warning(f"batch {context.partition_key}: {learning.no_step_reason}")
     if "policy_update" in selected:
         # Materialized once the step is acknowledged: a resume after this point only saves
         # the sampler.
-        yield dg.Output(None, output_name="policy_update", metadata=_update_metadata(metrics))
+        yield dg.Output(None, output_name="policy_update", metadata=_update_metadata(learning))
     if "checkpoints" in selected:
         try:
-            checkpoint = await step.checkpoint(metrics)
+            checkpoint = await step.checkpoint(learning)
         except UnresolvedUpdateError as error:
             raise dg.Failure(description=str(error)) from None
         yield dg.Output(
@@ -462,10 +463,9 @@ def _assessment_metadata(rows: list[Assessment], regrade_id: str) -> dict:
 def _qualified_metadata(standings: list[QualifiedAttempt], audit) -> dict:
     exclusions: dict[str, int] = {}
     for standing in standings:
-        reason = standing.exclusion or standing.group_exclusion
+        reason = standing.exclusion_reason or standing.group_exclusion_reason
         if reason:
-            key = reason.split(":")[0]
-            exclusions[key] = exclusions.get(key, 0) + 1
+            exclusions[reason] = exclusions.get(reason, 0) + 1
     rewards = [s.reward for s in standings if s.reward is not None]
     return {
         "attempts": len(standings),
@@ -479,9 +479,9 @@ def _qualified_metadata(standings: list[QualifiedAttempt], audit) -> dict:
     }
 
 
-def _update_metadata(metrics: dict) -> dict:
+def _update_metadata(learning: BatchLearning) -> dict:
     shown: dict = {}
-    for key, value in metrics.items():
+    for key, value in learning.recorded().items():
         if isinstance(value, bool):
             shown[key] = dg.MetadataValue.bool(value)
         elif isinstance(value, float):
@@ -510,8 +510,8 @@ def _curves(engine, spec: RunSpec, index: int) -> dict:
     from synth_pipelines.control.policy_updates import run_updates
 
     updates = [u for u in run_updates(engine, spec.run_id) if u.batch_index <= index]
-    rewards = [float(u.metrics.get("reward_mean", 0.0)) for u in updates]
-    kls = [float(u.metrics.get("kl_sample_train_v1") or 0.0) for u in updates]
+    rewards = [u.metrics.reward_mean for u in updates]
+    kls = [u.metrics.kl_sample_train_v1 or 0.0 for u in updates]
     return {
         **curve_metadata("reward_curve", rewards, "mean reward, batch", bounded=True),
         **curve_metadata("kl_curve", kls, "KL sample/train v1, batch", bounded=False),

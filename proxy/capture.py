@@ -14,9 +14,10 @@ import threading
 
 from sqlalchemy import Engine
 
+from synth_pipelines.contracts.evidence_chunk import EvidenceChunk
 from synth_pipelines.contracts.interaction import Interaction
 from synth_pipelines.control.token_revocations import revocation_reason
-from synth_pipelines.evidence.publisher import EvidencePublisher, PublishedChunk
+from synth_pipelines.evidence.publisher import EvidencePublisher
 from synth_pipelines.evidence.spool import Spool
 
 log = logging.getLogger("synth.proxy.capture")
@@ -39,7 +40,7 @@ class CaptureSink:
 
     def _publish_once(
         self, everything: bool = False, attempts: frozenset[str] | None = None
-    ) -> list[PublishedChunk]:
+    ) -> list[EvidenceChunk]:
         chunks = self.publisher.publish_pending(everything, attempts)
         self.published_chunks += len(chunks)
         self.published_calls += sum(chunk.calls for chunk in chunks)
@@ -55,7 +56,7 @@ class CaptureSink:
                 self.failures += 1
                 log.exception("publishing evidence failed; staged calls stay in the spool")
 
-    async def flush(self, attempts: frozenset[str] | None = None) -> list[PublishedChunk]:
+    async def flush(self, attempts: frozenset[str] | None = None) -> list[EvidenceChunk]:
         """Publish what is staged now, everything or only these attempts' calls (the caller
         waits; agents never do)."""
         return await asyncio.to_thread(self._publish_once, True, attempts)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from synth_pipelines.evidence.publisher import PublishedChunk
+from synth_pipelines.contracts.evidence_chunk import EvidenceChunk
 from synth_pipelines.rendering.model_registry import ModelRegistry
 
 
@@ -26,7 +26,7 @@ class ProxyConfig:
     evidence_settle_sec: float = 10.0
     """An attempt's staged calls are published once it has staged none for this long, so a
     chunk holds many turns of a conversation (a flush publishes everything at once)."""
-    report_published: Callable[[PublishedChunk], None] | None = None
+    report_published: Callable[[EvidenceChunk], None] | None = None
     """Told of each published evidence chunk, on the publishing thread (the platform's
     lineage, given at the process edge); None: published chunks are not reported."""
     s3_endpoint_url: str | None = None

@@ -72,7 +72,7 @@ class InferenceRoutes:
         started = time.perf_counter()
         message = await self._ask(route, request, max_tokens, f"msg_{call_id}")
         sample_ms = (time.perf_counter() - started) * 1000
-        interaction = self._interaction(call_id, route, request, body, message, record, sample_ms)
+        interaction = self._interaction(route, request, body, message, record, sample_ms)
         revoked = await asyncio.to_thread(
             stage_text_call, self._spool, self._engine, interaction, record.token_id
         )
@@ -138,7 +138,6 @@ class InferenceRoutes:
 
     def _interaction(
         self,
-        call_id: str,
         route: InferenceRoute,
         request: MessagesRequest,
         body: bytes,
@@ -146,19 +145,10 @@ class InferenceRoutes:
         record: CallRecord,
         sample_ms: float,
     ) -> Interaction:
+        caller = record.identity
         return Interaction(
-            call_id=call_id,
-            run_id=record.run_id,
-            batch=record.batch,
-            attempt_id=record.attempt_id,
-            trial_id=record.trial_id,
-            owner=record.owner,
-            role=record.role,
-            agent_id=record.agent_id,
-            parent_agent_id=record.parent_agent_id,
-            agent_type=record.agent_type,
-            native_session_id=record.native_session_id,
-            call_index=next(self._call_numbers[(record.attempt_id, record.agent_id)]),
+            **caller.model_dump(),
+            call_index=next(self._call_numbers[(caller.attempt_id, caller.agent_id)]),
             model=request.model,
             sampler=route.sampler,
             temperature=request.temperature if request.temperature is not None else 1.0,

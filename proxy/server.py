@@ -13,7 +13,7 @@ from proxy.app import create_app
 from proxy.config import ProxyConfig
 from proxy.sandbox_listener import sandbox_socket
 from synth_pipelines.config import Settings
-from synth_pipelines.evidence.publisher import PublishedChunk
+from synth_pipelines.contracts.evidence_chunk import EvidenceChunk
 from synth_pipelines.rendering.model_registry import configured_registry
 
 DEFAULT_WORKERS = min(8, (os.cpu_count() or 1) + 1)
@@ -26,7 +26,7 @@ def proxy_config(
     config: Settings,
     *,
     workers: int = DEFAULT_WORKERS,
-    report_published: Callable[[PublishedChunk], None] | None = None,
+    report_published: Callable[[EvidenceChunk], None] | None = None,
 ) -> ProxyConfig:
     registry = configured_registry(config)
     return ProxyConfig(
@@ -48,7 +48,7 @@ def serve(
     config: Settings,
     *,
     workers: int = DEFAULT_WORKERS,
-    report_published: Callable[[PublishedChunk], None] | None = None,
+    report_published: Callable[[EvidenceChunk], None] | None = None,
 ) -> None:
     """Serve operators at `proxy_url` and sandboxes at `proxy_sandbox_socket`, telling
     `report_published` of each published evidence chunk."""

@@ -164,8 +164,9 @@ def prepare(call_id: str, body: bytes, scope: CacheScope | None) -> Prepared | E
 def call_seed(record: CallRecord, call_index: int) -> int:
     """The sampling seed of one call: the run's seed, the attempt's place in the run (its
     id without the run id, so a repeated run draws the same) and the call's index."""
-    place = record.attempt_id.removeprefix(record.run_id)
-    key = f"{record.sampling_seed}:{place}:{record.agent_id}:{call_index}".encode()
+    caller = record.identity
+    place = caller.attempt_id.removeprefix(caller.run_id)
+    key = f"{record.sampling_seed}:{place}:{caller.agent_id}:{call_index}".encode()
     return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") >> 1
 
 
@@ -190,7 +191,7 @@ async def complete(call_id: str, route: TinkerRoute, record: CallRecord) -> Fini
     task = asyncio.current_task()
     assert task is not None, "a call completes in a task of the worker's loop"
     state.sampling[call_id] = task
-    call_index = next(state.call_numbers[(record.attempt_id, record.agent_id)])
+    call_index = next(state.call_numbers[(record.identity.attempt_id, record.identity.agent_id)])
     params = call.params
     if record.sampling_seed is not None:
         params = params.model_copy(update={"seed": call_seed(record, call_index)})
@@ -228,17 +229,7 @@ async def complete(call_id: str, route: TinkerRoute, record: CallRecord) -> Fini
     parse_ms = (time.perf_counter() - parse_started) * 1000
     kept = parsed.output_tokens
     interaction = Interaction(
-        call_id=call_id,
-        run_id=record.run_id,
-        batch=record.batch,
-        attempt_id=record.attempt_id,
-        trial_id=record.trial_id,
-        owner=record.owner,
-        role=record.role,
-        agent_id=record.agent_id,
-        parent_agent_id=record.parent_agent_id,
-        agent_type=record.agent_type,
-        native_session_id=record.native_session_id,
+        **record.identity.model_dump(),
         call_index=call_index,
         model=call.request.model,
         sampler=sample.sampler,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from synth_pipelines.contracts.api_errors import ApiError, ErrorType
+from synth_pipelines.contracts.call_identity import CallIdentity
 from synth_pipelines.contracts.messages import Message
 from synth_pipelines.rendering.model_registry import TinkerRoute
 from synth_pipelines.rendering.prefix_cache import CacheScope
@@ -39,16 +40,7 @@ class CallRecord:
 
     token_id: str
     """Checked for revocation right before the call's evidence is staged."""
-    run_id: str
-    batch: str | None
-    attempt_id: str
-    trial_id: str | None
-    owner: str
-    role: str
-    agent_id: str
-    parent_agent_id: str | None
-    agent_type: str | None
-    native_session_id: str | None
+    identity: CallIdentity
     sampling_seed: int | None
     sampling_temperature: float | None
     received: float

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from synth_pipelines.evidence.publisher import PublishedChunk
+from synth_pipelines.contracts.evidence_chunk import EvidenceChunk
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance
@@ -32,7 +32,7 @@ class DagsterReporter:
         self._instance: DagsterInstance | None = None
         self._batches: set[str] = set()
 
-    def __call__(self, chunk: PublishedChunk) -> None:
+    def __call__(self, chunk: EvidenceChunk) -> None:
         if chunk.batch is None:
             return
         import dagster as dg
@@ -41,7 +41,9 @@ class DagsterReporter:
         if chunk.batch not in self._batches:
             if not instance.has_dynamic_partition("batches", chunk.batch):
                 log.warning(
-                    "batch partition %s does not exist; not reporting %s", chunk.batch, chunk.key
+                    "batch partition %s does not exist; not reporting %s",
+                    chunk.batch,
+                    chunk.chunk_key,
                 )
                 return
             self._batches.add(chunk.batch)
@@ -50,7 +52,7 @@ class DagsterReporter:
                 asset_key="captured_interactions",
                 partition=chunk.batch,
                 metadata={
-                    "chunk": chunk.key,
+                    "chunk": chunk.chunk_key,
                     "sha256": chunk.sha256,
                     "bytes": chunk.size,
                     "calls": chunk.calls,

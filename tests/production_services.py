@@ -28,8 +28,9 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from synth_pipelines.config import settings
+from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.control.database import control_engine, engine_for
-from synth_pipelines.control.runs import RunRecord, get_run
+from synth_pipelines.control.runs import get_run
 from synth_pipelines.services.production import as_server_user, postgres_bin_dir
 from synth_pipelines.services.supervisor import Service, running_pid, start, stop
 from tests.conftest import PROJECT_ROOT, SAMPLE_DATASET

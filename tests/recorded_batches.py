@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from synth_pipelines.contracts.batch_learning import BatchLearning
+from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.contracts.run_spec import batch_key
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import record_event
 from synth_pipelines.control.policy_updates import acknowledge, mark_unresolved
 from synth_pipelines.control.run_lifecycle import complete_batch, start_batch
-from synth_pipelines.control.runs import RunRecord
 from tests.training_runs import accept_training, training_dataset
 
 PLAN = {"groups_per_batch": 2, "attempts_per_group": 2, "batches": 3, "max_tokens": 64}
@@ -70,7 +71,11 @@ def record_batch(run: RunRecord, index: int, *, learned: bool = True) -> None:
     key = batch_key(run.run_id, index)
     mark_unresolved(engine, run.run_id, key, index, datums=6 - 2 * index)
     acknowledge(
-        engine, run.run_id, key, f"tinker://{run.run_id}/state/{index}", learning_metrics(index)
+        engine,
+        run.run_id,
+        key,
+        f"tinker://{run.run_id}/state/{index}",
+        BatchLearning(**learning_metrics(index)),
     )
     complete_batch(engine, run.spec, index, {})
 

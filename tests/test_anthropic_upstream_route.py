@@ -15,6 +15,7 @@ from proxy.app import create_app
 from proxy.config import ProxyConfig
 from synth_pipelines.config import settings
 from synth_pipelines.contracts.assessment import Assessment
+from synth_pipelines.contracts.exclusion import ExclusionReason
 from synth_pipelines.contracts.interaction import Interaction
 from synth_pipelines.evidence.spool import Spool
 from synth_pipelines.learning.qualification import attempt_exclusion
@@ -148,5 +149,6 @@ def test_anthropic_route_forwards_and_captures_text_evidence(state, monkeypatch)
         }
     )
     exclusion = attempt_exclusion(passed, calls, None, "tinker://policy")
-    assert exclusion is not None and "inference-only route anthropic:" in exclusion
-    assert "no token ids or logprobs" in exclusion
+    assert exclusion is not None and "inference-only route anthropic:" in exclusion.detail
+    assert "no token ids or logprobs" in exclusion.detail
+    assert exclusion.reason is ExclusionReason.TEXT_EVIDENCE

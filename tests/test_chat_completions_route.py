@@ -23,10 +23,10 @@ import pytest
 from synth_pipelines.config import settings
 from synth_pipelines.contracts.assessment import Assessment
 from synth_pipelines.contracts.interaction import Interaction
+from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.contracts.run_spec import batch_key
 from synth_pipelines.contracts.table import parquet_to_table
 from synth_pipelines.control.database import control_engine
-from synth_pipelines.control.runs import RunRecord
 from synth_pipelines.control.table_outputs import table_history
 from synth_pipelines.evidence.spool import Spool
 from synth_pipelines.rendering.model_registry import (

@@ -10,8 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from synth_pipelines.cli.main import app
+from synth_pipelines.contracts.checkpoint import Checkpoint
 from synth_pipelines.contracts.run_spec import RunRequest, batch_key
-from synth_pipelines.control.checkpoints import Checkpoint, run_checkpoints
+from synth_pipelines.control.checkpoints import run_checkpoints
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.runs import accept_run
 from tests.agent_runs import run_batches

@@ -194,6 +194,8 @@ def test_an_oversized_tool_result_is_trained_on_as_the_fitted_prompt_the_model_s
         group_qualified=True,
         group_exclusion=None,
         advantage=ADVANTAGE,
+        exclusion_reason=None,
+        group_exclusion_reason=None,
     )
     rows = attempt_datums(standing, calls)
     hand = hand_datums(calls, ADVANTAGE)

@@ -62,6 +62,8 @@ def test_a_two_call_claude_code_attempt_trains_only_on_its_sampled_tokens(state,
         group_qualified=True,
         group_exclusion=None,
         advantage=ADVANTAGE,
+        exclusion_reason=None,
+        group_exclusion_reason=None,
     )
     rows = attempt_datums(standing, calls)
     expected = hand_datums(calls, ADVANTAGE)

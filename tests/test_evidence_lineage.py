@@ -63,7 +63,7 @@ def test_each_published_chunk_is_a_materialization_of_its_batch_partition(state:
         materialization.metadata["chunk"].value: materialization
         for materialization in _materializations(BATCH)
     }
-    expected = {chunk.key: chunk for chunk in chunks if chunk.batch == BATCH}
+    expected = {chunk.chunk_key: chunk for chunk in chunks if chunk.batch == BATCH}
     assert reported.keys() == expected.keys()
     for key, chunk in expected.items():
         metadata = reported[key].metadata

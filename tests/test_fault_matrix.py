@@ -24,6 +24,7 @@ import pytest
 
 from assets.sensors import batch_gate
 from synth_pipelines.config import settings
+from synth_pipelines.contracts.evidence_chunk import EvidenceChunk
 from synth_pipelines.contracts.run_spec import batch_key
 from synth_pipelines.control.checkpoints import batch_checkpoint, run_checkpoints
 from synth_pipelines.control.database import control_engine, engine_for
@@ -31,7 +32,7 @@ from synth_pipelines.control.policy_updates import UnresolvedUpdateError, find_u
 from synth_pipelines.control.run_lifecycle import interrupt_run, resume_run
 from synth_pipelines.control.runs import get_run
 from synth_pipelines.definitions import defs
-from synth_pipelines.evidence.publisher import EvidencePublisher, PublishedChunk
+from synth_pipelines.evidence.publisher import EvidencePublisher
 from synth_pipelines.evidence.spool import Spool
 from synth_pipelines.storage.objectstore import open_object_store
 from tests.conftest import PROJECT_ROOT
@@ -317,7 +318,7 @@ def test_publisher_killed_between_commit_and_report_reports_the_chunk_after_rest
         spool.stage(captured_call("r-report", "r-report.b0000", "a-report", index))
     assert publisher_killed_at_report(state / "spool") == -signal.SIGKILL
 
-    reported: list[PublishedChunk] = []
+    reported: list[EvidenceChunk] = []
     store = open_object_store(settings().objects_url)
     EvidencePublisher(spool, store, control_engine(), report=reported.append).publish_pending()
 

@@ -50,18 +50,18 @@ def test_grpo_raises_the_training_reward_of_a_real_model_without_a_warm_start(
     assert refreshed(run).status == "succeeded"
     engine = control_engine()
     updates = run_updates(engine, run.run_id)
-    rewards = [update.metrics["reward_mean"] for update in updates]
+    rewards = [update.metrics.reward_mean for update in updates]
     summary = json.dumps(
         [
             {
-                k: u.metrics.get(k)
+                k: getattr(u.metrics, k)
                 for k in ("reward_mean", "frac_mixed", "kl_sample_train_v1", "grad_norm")
             }
             for u in updates
         ]
     )
     print(f"per batch: {summary}")
-    assert [u.metrics["optimizer_step"] for u in updates] == [True] * 4, summary
+    assert [u.metrics.optimizer_step for u in updates] == [True] * 4, summary
     assert [c.optimizer_steps for c in run_checkpoints(engine, run.run_id)] == [1, 2, 3, 4]
     assert 0.05 < rewards[0] < 0.6, summary
     gain = (rewards[2] + rewards[3]) / 2 - (rewards[0] + rewards[1]) / 2

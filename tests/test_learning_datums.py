@@ -26,6 +26,8 @@ def _standing(advantage: float) -> QualifiedAttempt:
         group_qualified=True,
         group_exclusion=None,
         advantage=advantage,
+        exclusion_reason=None,
+        group_exclusion_reason=None,
     )
 
 

@@ -1,5 +1,7 @@
 """Qualification: exclusions with reasons first, then group-centered advantages."""
 
+from synth_pipelines.contracts.exclusion import ExclusionReason
+from synth_pipelines.contracts.learning import QualifiedAttempt
 from synth_pipelines.contracts.plan import Eligibility
 from synth_pipelines.learning.qualification import qualify_group
 from tests.learning_records import SAMPLER, assessment, call, outcome
@@ -84,3 +86,32 @@ def test_calls_of_an_earlier_execution_of_the_attempt_are_not_learned_from():
         for s in qualify_group(outcomes, assessments, calls, {}, ELIGIBILITY, SAMPLER)
     }
     assert standing["g0.a1"].exclusion == "no captured model calls"
+
+
+def test_every_exclusion_names_its_kind_beside_its_account_and_keeps_it_when_stored():
+    outcomes = [outcome(f"g0.a{n}") for n in range(5)]
+    misaligned = call("g0.a3", 0, [1], [3, 4], [-0.5])
+    stale = call("g0.a4", 0, [1], [3], [-0.5], sampler="tinker://other/sampler_weights/x")
+    calls = {**_calls("g0.a0", "g0.a2"), "g0.a3": [misaligned], "g0.a4": [stale]}
+    assessments = {f"g0.a{n}": assessment(f"g0.a{n}", 1.0) for n in range(5)}
+    assessments["g0.a1"] = assessment("g0.a1", None, valid=False)
+    problems = {"g0.a2": "checksum mismatch"}
+    standing = qualify_group(outcomes, assessments, calls, problems, ELIGIBILITY, SAMPLER)
+    assert [s.exclusion_reason for s in standing] == [
+        None,
+        ExclusionReason.NO_VALID_REWARD,
+        ExclusionReason.EVIDENCE_UNUSABLE,
+        ExclusionReason.UNALIGNED_LOGPROBS,
+        ExclusionReason.OTHER_POLICY,
+    ]
+    assert {s.group_exclusion_reason for s in standing} == {ExclusionReason.TOO_FEW_QUALIFIED}
+    assert QualifiedAttempt.from_table(QualifiedAttempt.to_table(standing)) == standing
+    constant = qualify_group(
+        outcomes[:2],
+        {a: assessment(a, 1.0) for a in ("g0.a0", "g0.a1")},
+        _calls("g0.a0", "g0.a1"),
+        {},
+        ELIGIBILITY,
+        SAMPLER,
+    )
+    assert {s.group_exclusion_reason for s in constant} == {ExclusionReason.CONSTANT_REWARD}

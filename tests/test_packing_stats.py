@@ -5,6 +5,7 @@ parted from the tokens the datum held. Every count is checked against the datums
 
 from collections import Counter
 
+from synth_pipelines.contracts.exclusion import ExclusionReason
 from synth_pipelines.contracts.interaction import Interaction
 from synth_pipelines.contracts.learning import NewDatumReason, QualifiedAttempt
 from synth_pipelines.learning.datums import attempt_datums, group_datums
@@ -33,6 +34,8 @@ def _standing(attempt: str, *, qualified: bool = True) -> QualifiedAttempt:
         group_qualified=True,
         group_exclusion=None,
         advantage=0.5 if qualified else None,
+        exclusion_reason=None if qualified else ExclusionReason.NO_VALID_REWARD,
+        group_exclusion_reason=None,
     )
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from synth_pipelines.config import settings
+from synth_pipelines.contracts.admission_lease import ResourceDemand
 from synth_pipelines.contracts.plan import ResourceBudget
-from synth_pipelines.control.admission_leases import ResourceDemand
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.runtime.admission import PoolAdmission, WorkerPool
 from tests.conftest import PROJECT_ROOT

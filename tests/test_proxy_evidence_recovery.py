@@ -124,7 +124,7 @@ def test_publisher_completes_an_interrupted_chunk_without_duplicating_it(state):
     published = EvidencePublisher(spool, store, control_engine()).publish_pending()
     again = EvidencePublisher(spool, store, control_engine()).publish_pending()
 
-    assert published[0].key == chunk_key(intent)
+    assert published[0].chunk_key == chunk_key(intent)
     assert again == []
     assert _counts() == (4, 2)
     assert len(list(store.list("evidence"))) == 2

@@ -13,20 +13,24 @@ from proxy.worker_calls import WorkerConfig
 from proxy.worker_messages import CallRecord
 from proxy.workers import CallWorkers
 from synth_pipelines.contracts.api_errors import ApiError
+from synth_pipelines.contracts.call_identity import CallIdentity
 from synth_pipelines.rendering.model_registry import ModelRegistry, TinkerRoute
 
 RECORD = CallRecord(
     token_id="t-1",
-    run_id="r-1",
-    batch=None,
-    attempt_id="r-1.a-1",
-    trial_id=None,
-    owner="someone",
-    role="actor",
-    agent_id="main",
-    parent_agent_id=None,
-    agent_type=None,
-    native_session_id=None,
+    identity=CallIdentity(
+        call_id="never-prepared",
+        run_id="r-1",
+        batch=None,
+        attempt_id="r-1.a-1",
+        trial_id=None,
+        owner="someone",
+        role="actor",
+        agent_id="main",
+        parent_agent_id=None,
+        agent_type=None,
+        native_session_id=None,
+    ),
     sampling_seed=None,
     sampling_temperature=None,
     received=0.0,

@@ -16,11 +16,12 @@ import pytest
 
 from synth_pipelines.cli.json_documents import validated
 from synth_pipelines.config import settings
+from synth_pipelines.contracts.regrade import Regrade
+from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.contracts.run_spec import batch_key
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import read_events
-from synth_pipelines.control.regrades import Regrade, run_regrades
-from synth_pipelines.control.runs import RunRecord
+from synth_pipelines.control.regrades import run_regrades
 from synth_pipelines.services.dagster_graphql import backfill_status
 from tests.agent_runs import evaluate, one_task_dataset, profile_document
 from tests.conftest import PROJECT_ROOT

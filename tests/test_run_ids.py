@@ -8,9 +8,10 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from synth_pipelines.cli.main import app
+from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.contracts.run_spec import RunRequest
 from synth_pipelines.control.database import control_engine
-from synth_pipelines.control.runs import RunRecord, accept_run, get_run
+from synth_pipelines.control.runs import accept_run, get_run
 from tests.agent_runs import accept, one_task_dataset, profile_document, publish
 from tests.module_state import module_state
 

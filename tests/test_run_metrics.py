@@ -52,13 +52,13 @@ def test_the_json_series_is_the_recorded_updates_then_the_batch_still_learning(r
         (first, second), run_updates(control_engine(), recorded_run), strict=True
     ):
         assert row["batch"] == update.batch and row["batch_index"] == update.batch_index
-        assert row["sampler"] == update.metrics["sampler"]
-        assert row["attempts"] == update.metrics["attempts"]
-        assert row["reward_mean"] == update.metrics["reward_mean"]
+        assert row["sampler"] == update.metrics.sampler
+        assert row["attempts"] == update.metrics.attempts
+        assert row["reward_mean"] == update.metrics.reward_mean
         assert row["datums"] == update.datums
-        assert row["groups_used"] == update.metrics["groups_used"]
-        assert row["step_applied"] is update.metrics["optimizer_step"]
-        assert row["kl_sample_train_v1"] == update.metrics["kl_sample_train_v1"]
+        assert row["groups_used"] == update.metrics.groups_used
+        assert row["step_applied"] is update.metrics.optimizer_step
+        assert row["kl_sample_train_v1"] == update.metrics.kl_sample_train_v1
         assert row["tokens"] == 12.5 * 2.0 * 4
     assert (first["groups_dropped"], second["groups_dropped"]) == (0, 1)
     assert (first["passed"], second["passed"]) == (1, 3)

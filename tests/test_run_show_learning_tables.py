@@ -8,7 +8,8 @@ import io
 from rich.console import Console
 
 from synth_pipelines.cli.batch_learning import learning_rows, learning_tables
-from synth_pipelines.cli.json_documents import BatchLearningDocument
+from synth_pipelines.contracts.batch_learning import BatchLearning
+from synth_pipelines.contracts.policy_update import BatchLearningRow
 from synth_pipelines.contracts.run_spec import batch_key
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.policy_updates import acknowledge, mark_unresolved
@@ -27,7 +28,7 @@ PACKED = {
 }
 
 
-def _text(rows: list[dict]) -> str:
+def _text(rows: list[BatchLearningRow]) -> str:
     console = Console(width=80, record=True, file=io.StringIO())
     for table in learning_tables(rows):
         console.print(table)
@@ -36,6 +37,7 @@ def _text(rows: list[dict]) -> str:
 
 def test_a_batch_row_reads_whole_in_an_80_column_terminal():
     row = {
+        "batch": "r-1.b0012",
         "batch_index": 12,
         "status": "acknowledged",
         "reward_mean": 0.6875,
@@ -59,7 +61,7 @@ def test_a_batch_row_reads_whole_in_an_80_column_terminal():
         "optim_step_sec": 0.04,
         **PACKED,
     }
-    text = _text([row])
+    text = _text([BatchLearningRow.model_validate(row)])
     assert "…" not in text
     for cell in ("-2.04", "554", "6.1e-05", "-6.9e-10", "0.688", "7/8", "109", "yes"):
         assert cell in text
@@ -77,9 +79,9 @@ def test_a_batch_recorded_before_packing_was_counted_still_shows_with_dashes(sta
     for index, metrics in enumerate([{**signal, **step}, {**signal, **step, **PACKED}]):
         batch = batch_key("r-1", index)
         mark_unresolved(engine, "r-1", batch, index, datums=4)
-        acknowledge(engine, "r-1", batch, f"tinker://r-1/state/{index}", metrics)
+        acknowledge(engine, "r-1", batch, f"tinker://r-1/state/{index}", BatchLearning(**metrics))
     rows = learning_rows(engine, "r-1")
-    older, newer = (BatchLearningDocument.model_validate(row) for row in rows)
+    older, newer = rows
     assert older.datums_per_attempt_mean is None and older.new_datum_reasons is None
     assert newer.calls_per_attempt_max == 11
     assert newer.new_datum_reasons == PACKED["new_datum_reasons"]

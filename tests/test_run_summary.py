@@ -13,11 +13,12 @@ from sqlalchemy import delete
 from synth_pipelines.config import settings
 from synth_pipelines.contracts.assessment import Assessment
 from synth_pipelines.contracts.profile import PinnedProfile
+from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.contracts.run_spec import DatasetPin, RunRequest, batch_key
 from synth_pipelines.contracts.trial import TrialOutcome
 from synth_pipelines.control.batch_results import read_batch_results, record_batch_results
 from synth_pipelines.control.database import control_engine
-from synth_pipelines.control.runs import RunRecord, accept_run
+from synth_pipelines.control.runs import accept_run
 from synth_pipelines.control.schema import batch_results
 from synth_pipelines.control.table_outputs import TableMissingError, load_table, store_table
 from synth_pipelines.registry.datasets import get_dataset, publish_dataset

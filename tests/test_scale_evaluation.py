@@ -15,9 +15,10 @@ from benchmarks.process_memory import status_kib
 from benchmarks.scale import SCRIPT, accept_evaluation
 from benchmarks.trivial_tasks import write_dataset
 from synth_pipelines.config import settings
+from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.contracts.run_spec import batch_key
 from synth_pipelines.control.database import control_engine
-from synth_pipelines.control.runs import RunRecord, get_run
+from synth_pipelines.control.runs import get_run
 from synth_pipelines.control.schema import evidence_calls
 from synth_pipelines.definitions import defs
 from synth_pipelines.evidence.reader import read_attempt_evidence

@@ -8,7 +8,8 @@ import dagster as dg
 
 from assets.schedules import nightly_checkpoint_evaluation
 from synth_pipelines.config import settings
-from synth_pipelines.control.checkpoints import Checkpoint, record_checkpoint
+from synth_pipelines.contracts.checkpoint import Checkpoint
+from synth_pipelines.control.checkpoints import record_checkpoint
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.runs import get_run, list_runs
 from synth_pipelines.definitions import defs

@@ -74,9 +74,9 @@ def test_three_batch_training_run_keeps_the_policy_boundary(state, tmp_path, mon
         update = find_update(engine, run.run_id, key)
         assert update.status == "acknowledged" and update.datums == len(rows)
         # On policy: the trainer scores the sampled tokens as the sampler did.
-        assert abs(update.metrics["kl_sample_train_v1"]) < 1e-4
-        assert update.metrics["kl_sample_train_v2"] < 1e-6
-        assert update.metrics["optimizer_step"] is True
+        assert abs(update.metrics.kl_sample_train_v1) < 1e-4
+        assert update.metrics.kl_sample_train_v2 < 1e-6
+        assert update.metrics.optimizer_step is True
     early_failure = [e for e in early.all_events if e.is_failure]
     assert "not committed yet" in json.dumps([str(e.event_specific_data) for e in early_failure])
     _run_show_gives_every_batch_its_learning_numbers(run.run_id, expected_samplers)

@@ -13,11 +13,12 @@ import pytest
 
 from synth_pipelines.config import settings
 from synth_pipelines.contracts.profile import PinnedProfile
+from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.contracts.run_spec import DatasetPin, RunRequest
 from synth_pipelines.control.checkpoints import run_checkpoints
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import read_events
-from synth_pipelines.control.runs import RunRecord, accept_run, get_run
+from synth_pipelines.control.runs import accept_run, get_run
 from synth_pipelines.definitions import defs
 from synth_pipelines.evidence.reader import read_attempt_evidence
 from synth_pipelines.learning.demonstrations import DemonstrationError, read_demonstration

@@ -10,9 +10,10 @@ import dagster as dg
 
 from synth_pipelines.config import settings
 from synth_pipelines.contracts.profile import PinnedProfile
+from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.contracts.run_spec import DatasetPin, RunRequest, batch_key
 from synth_pipelines.control.database import control_engine
-from synth_pipelines.control.runs import RunRecord, accept_run, get_run
+from synth_pipelines.control.runs import accept_run, get_run
 from synth_pipelines.definitions import defs
 from synth_pipelines.registry.datasets import publish_dataset
 from synth_pipelines.storage.objectstore import open_object_store

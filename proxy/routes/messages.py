@@ -22,6 +22,7 @@ from proxy.state import ProxyState, State
 from proxy.tinker_call import TinkerCall
 from proxy.worker_messages import CallRecord, ErrorResult, Prepared
 from synth_pipelines.contracts.api_errors import ApiError
+from synth_pipelines.contracts.call_identity import CallIdentity
 from synth_pipelines.contracts.messages import (
     CountTokensRequest,
     CountTokensResponse,
@@ -76,12 +77,16 @@ async def messages(request: Request, who: Authenticated, state: State) -> Respon
     received = time.monotonic()
     claims = who.claims
     allowance = await state.limits.allowance(claims)
-    agent_id, parent_agent_id, agent_type, session = _identity(request)
+    call_id = uuid.uuid4().hex
+    identity = _identity(call_id, claims, request)
     scope = CacheScope(
-        claims.owner, claims.token_id, claims.model, session or claims.attempt_id, agent_id
+        claims.owner,
+        claims.token_id,
+        claims.model,
+        identity.native_session_id or claims.attempt_id,
+        identity.agent_id,
     )
     worker = state.workers.choose(scope)
-    call_id = uuid.uuid4().hex
     async with allowance.preparing():
         allowance.check()
         body = await json_body(request, allowance.body_bytes, allowance.body_too_large)
@@ -100,16 +105,7 @@ async def messages(request: Request, who: Authenticated, state: State) -> Respon
         raise
     record = CallRecord(
         token_id=claims.token_id,
-        run_id=claims.run_id,
-        batch=claims.batch,
-        attempt_id=claims.attempt_id,
-        trial_id=claims.trial_id,
-        owner=claims.owner,
-        role=claims.role,
-        agent_id=agent_id,
-        parent_agent_id=parent_agent_id,
-        agent_type=agent_type,
-        native_session_id=session,
+        identity=identity,
         sampling_seed=claims.sampling_seed,
         sampling_temperature=claims.sampling_temperature,
         received=received,
@@ -127,14 +123,22 @@ async def messages(request: Request, who: Authenticated, state: State) -> Respon
     return JSONResponse(message.model_dump(exclude_none=True))
 
 
-def _identity(request: Request) -> tuple[str, str | None, str | None, str | None]:
-    """(agent id, parent agent id, agent type, native session) from the harness's headers."""
+def _identity(call_id: str, claims: TokenClaims, request: Request) -> CallIdentity:
+    """Who makes the call: the attempt its token was minted for, and the agent and native
+    session the harness's headers name."""
     headers = request.headers
-    return (
-        headers.get("x-claude-code-agent-id") or "main",
-        headers.get("x-claude-code-parent-agent-id"),
-        headers.get("x-claude-code-agent-type"),
-        headers.get("x-claude-code-session-id"),
+    return CallIdentity(
+        call_id=call_id,
+        run_id=claims.run_id,
+        batch=claims.batch,
+        attempt_id=claims.attempt_id,
+        trial_id=claims.trial_id,
+        owner=claims.owner,
+        role=claims.role,
+        agent_id=headers.get("x-claude-code-agent-id") or "main",
+        parent_agent_id=headers.get("x-claude-code-parent-agent-id"),
+        agent_type=headers.get("x-claude-code-agent-type"),
+        native_session_id=headers.get("x-claude-code-session-id"),
     )
 
 

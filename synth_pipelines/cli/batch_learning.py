@@ -9,72 +9,23 @@ from rich import box
 from rich.table import Table
 from sqlalchemy import Engine
 
+from synth_pipelines.contracts.new_datum_reasons import NewDatumReason
+from synth_pipelines.contracts.policy_update import BatchLearningRow
 from synth_pipelines.contracts.run_spec import parse_batch_key
 from synth_pipelines.control.events import read_events
-from synth_pipelines.control.policy_updates import PolicyUpdate, run_updates
-
-_STEP_FIELDS = (
-    "learning_rate",
-    "loss",
-    "grad_norm",
-    "entropy",
-    "kl_sample_train_v1",
-    "kl_sample_train_v2",
-    "sampling_sec",
-    "forward_backward_sec",
-    "optim_step_sec",
-)
-
-# Recorded since batches count how their attempts packed; None in older batches' rows.
-_PACKING_FIELDS = (
-    "calls_per_attempt_mean",
-    "calls_per_attempt_max",
-    "datums_per_attempt_mean",
-    "datums_per_attempt_max",
-    "new_datum_reasons",
-)
+from synth_pipelines.control.policy_updates import run_updates
 
 
-def _row(update: PolicyUpdate) -> dict:
-    metrics = update.metrics
-    stepped = bool(metrics.get("optimizer_step"))
-    return {
-        "batch": update.batch,
-        "batch_index": update.batch_index,
-        "status": update.status,
-        "sampler": metrics.get("sampler", ""),
-        "attempts": metrics.get("attempts", 0),
-        "assessed": metrics.get("assessed", 0),
-        "reward_mean": metrics.get("reward_mean", 0.0),
-        "reward_std": metrics.get("reward_std", 0.0),
-        "groups": metrics.get("groups", 0),
-        "groups_used": metrics.get("groups_used", 0),
-        "groups_dropped": metrics.get("groups_dropped", {}),
-        "attempts_excluded": metrics.get("attempts_excluded", {}),
-        "frac_mixed": metrics.get("frac_mixed", 0.0),
-        "frac_all_good": metrics.get("frac_all_good", 0.0),
-        "frac_all_bad": metrics.get("frac_all_bad", 0.0),
-        "datums": update.datums,
-        "action_tokens_per_turn": metrics.get("action_tokens_per_turn", 0.0),
-        "observation_tokens_per_turn": metrics.get("observation_tokens_per_turn", 0.0),
-        "turns_per_attempt": metrics.get("turns_per_attempt", 0.0),
-        "optimizer_step": stepped,
-        "no_step_reason": None if stepped else metrics.get("no_step_reason") or update.resolution,
-        **{name: metrics.get(name) for name in _STEP_FIELDS},
-        **{name: metrics.get(name) for name in _PACKING_FIELDS},
-    }
-
-
-def learning_rows(engine: Engine, run_id: str) -> list[dict]:
+def learning_rows(engine: Engine, run_id: str) -> list[BatchLearningRow]:
     """One row per batch whose update is recorded, in batch order."""
-    return [_row(update) for update in run_updates(engine, run_id)]
+    return [BatchLearningRow.of(update) for update in run_updates(engine, run_id)]
 
 
-def learning_warnings(rows: list[dict]) -> list[str]:
+def learning_warnings(rows: list[BatchLearningRow]) -> list[str]:
     return [
-        f"batch {row['batch_index']} applied no optimizer step: {row['no_step_reason']}"
+        f"batch {row.batch_index} applied no optimizer step: {row.no_step_reason}"
         for row in rows
-        if row["status"] == "acknowledged" and not row["optimizer_step"]
+        if row.status == "acknowledged" and not row.optimizer_step
     ]
 
 
@@ -86,7 +37,7 @@ def _per_attempt(mean: float | None, most: int | None) -> str:
     return "-" if mean is None or most is None else f"{mean:.1f} (max {most})"
 
 
-def _reasons(counts: dict[str, int] | None) -> str:
+def _reasons(counts: dict[NewDatumReason, int] | None) -> str:
     if counts is None:
         return "-"
     return "\n".join(f"{count} {reason}" for reason, count in counts.items()) or "none"
@@ -96,7 +47,7 @@ def _table(title: str, *columns: str) -> Table:
     return Table(*columns, title=title, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0))
 
 
-def learning_tables(rows: list[dict]) -> list[Table]:
+def learning_tables(rows: list[BatchLearningRow]) -> list[Table]:
     """Three narrow tables (what sampling gave learning; how its attempts packed into
     datums; what the step did), so that each reads whole in an 80-column terminal.
     mixed/good/bad: shares of groups; used: groups that qualified; ac tok: sampled (action)
@@ -140,38 +91,38 @@ def learning_tables(rows: list[dict]) -> list[Table]:
         "opt s",
     )
     for row in rows:
-        step = "yes" if row["optimizer_step"] else "NO"
-        if row["status"] != "acknowledged":
+        step = "yes" if row.optimizer_step else "NO"
+        if row.status != "acknowledged":
             step = "pending"
         signal.add_row(
-            str(row["batch_index"]),
-            f"{row['reward_mean']:.3f}",
-            f"{row['reward_std']:.3f}",
-            f"{row['frac_mixed']:.2f}",
-            f"{row['frac_all_good']:.2f}",
-            f"{row['frac_all_bad']:.2f}",
-            f"{row['groups_used']}/{row['groups']}",
-            str(row["datums"]),
-            f"{row['action_tokens_per_turn']:.0f}",
+            str(row.batch_index),
+            f"{row.reward_mean:.3f}",
+            f"{row.reward_std:.3f}",
+            f"{row.frac_mixed:.2f}",
+            f"{row.frac_all_good:.2f}",
+            f"{row.frac_all_bad:.2f}",
+            f"{row.groups_used}/{row.groups}",
+            str(row.datums),
+            f"{row.action_tokens_per_turn:.0f}",
             step,
         )
         packing.add_row(
-            str(row["batch_index"]),
-            _per_attempt(row["calls_per_attempt_mean"], row["calls_per_attempt_max"]),
-            _per_attempt(row["datums_per_attempt_mean"], row["datums_per_attempt_max"]),
-            _reasons(row["new_datum_reasons"]),
+            str(row.batch_index),
+            _per_attempt(row.calls_per_attempt_mean, row.calls_per_attempt_max),
+            _per_attempt(row.datums_per_attempt_mean, row.datums_per_attempt_max),
+            _reasons(row.new_datum_reasons),
         )
         update.add_row(
-            str(row["batch_index"]),
-            _number(row["learning_rate"], ".0e"),
-            _number(row["loss"], ".3g"),
-            _number(row["grad_norm"], ".3g"),
-            _number(row["entropy"], ".3f"),
-            _number(row["kl_sample_train_v1"], ".1e"),
-            _number(row["kl_sample_train_v2"], ".1e"),
-            _number(row["sampling_sec"], ".0f"),
-            _number(row["forward_backward_sec"], ".1f"),
-            _number(row["optim_step_sec"], ".1f"),
+            str(row.batch_index),
+            _number(row.learning_rate, ".0e"),
+            _number(row.loss, ".3g"),
+            _number(row.grad_norm, ".3g"),
+            _number(row.entropy, ".3f"),
+            _number(row.kl_sample_train_v1, ".1e"),
+            _number(row.kl_sample_train_v2, ".1e"),
+            _number(row.sampling_sec, ".0f"),
+            _number(row.forward_backward_sec, ".1f"),
+            _number(row.optim_step_sec, ".1f"),
         )
     return [signal, packing, update]
 
@@ -184,8 +135,8 @@ def event_reward(rewards_json: str | None) -> float | None:
     return float(next(iter(rewards.values()))) if len(rewards) == 1 else None
 
 
-def _sampled_tokens(row: dict) -> int:
-    return round(row["action_tokens_per_turn"] * row["turns_per_attempt"] * row["attempts"])
+def _sampled_tokens(row: BatchLearningRow) -> int:
+    return round(row.action_tokens_per_turn * row.turns_per_attempt * row.attempts)
 
 
 def batch_series(engine: Engine, run_id: str) -> list[dict]:
@@ -199,7 +150,7 @@ def batch_series(engine: Engine, run_id: str) -> list[dict]:
     rewards: dict[str, list[float | None]] = {}
     for event in finished:
         rewards.setdefault(event.data["batch"], []).append(event_reward(event.data.get("rewards")))
-    learned = {row["batch"]: row for row in learning_rows(engine, run_id)}
+    learned = {row.batch: row for row in learning_rows(engine, run_id)}
     series = []
     for batch in sorted(rewards.keys() | learned.keys(), key=lambda key: parse_batch_key(key)[1]):
         scored = [r for r in rewards.get(batch, []) if r is not None]
@@ -220,17 +171,15 @@ def batch_series(engine: Engine, run_id: str) -> list[dict]:
         update = learned.get(batch)
         if update is not None:
             row |= {
-                "attempts": update["attempts"],
-                "reward_mean": update["reward_mean"],
-                "sampler": update["sampler"],
-                "groups_used": update["groups_used"],
-                "groups_dropped": sum(update["groups_dropped"].values()),
-                "datums": update["datums"],
+                "attempts": update.attempts,
+                "reward_mean": update.reward_mean,
+                "sampler": update.sampler,
+                "groups_used": update.groups_used,
+                "groups_dropped": sum(update.groups_dropped.values()),
+                "datums": update.datums,
                 "tokens": _sampled_tokens(update),
-                "step_applied": update["optimizer_step"]
-                if update["status"] == "acknowledged"
-                else None,
-                "kl_sample_train_v1": update["kl_sample_train_v1"],
+                "step_applied": update.optimizer_step if update.status == "acknowledged" else None,
+                "kl_sample_train_v1": update.kl_sample_train_v1,
             }
         series.append(row)
     return series

@@ -8,8 +8,8 @@ from rich.table import Table
 
 from synth_pipelines.cli.output import JSON_OPTION, console, emit, user_errors
 from synth_pipelines.config import settings
+from synth_pipelines.contracts.checkpoint_lineage import CheckpointLineage
 from synth_pipelines.control.checkpoint_lineage import (
-    CheckpointLineage,
     CheckpointNotFoundError,
     checkpoint_lineage,
     owner_checkpoints,
@@ -58,19 +58,7 @@ def list_checkpoints(
             )
         console.print(table)
 
-    emit("checkpoint list", [checkpoint.as_dict() for checkpoint in found], as_json, render)
-
-
-def lineage_document(lineage: CheckpointLineage) -> dict:
-    return {
-        "checkpoint": lineage.checkpoint.as_dict(),
-        "update": lineage.update.as_dict() if lineage.update else None,
-        "groups": [group.__dict__ for group in lineage.groups],
-        "selected_by": [
-            {**selection.__dict__, "policy_batches": list(selection.policy_batches)}
-            for selection in lineage.selections
-        ],
-    }
+    emit("checkpoint list", found, as_json, render)
 
 
 def _render(lineage: CheckpointLineage) -> None:
@@ -84,7 +72,7 @@ def _render(lineage: CheckpointLineage) -> None:
     )
     console.print(f"trainer state {checkpoint.state_path}", soft_wrap=True)
     selected = _whole_ids_table("run", "kind", "status", "as --model", "policy of batches")
-    for selection in lineage.selections:
+    for selection in lineage.selected_by:
         selected.add_row(
             selection.run_id,
             selection.kind,
@@ -92,8 +80,8 @@ def _render(lineage: CheckpointLineage) -> None:
             "yes" if selection.as_model else "no",
             ", ".join(selection.policy_batches) or "-",
         )
-    console.print("selected by" if lineage.selections else "selected by no run yet")
-    if lineage.selections:
+    console.print("selected by" if lineage.selected_by else "selected by no run yet")
+    if lineage.selected_by:
         console.print(selected)
     groups = _whole_ids_table("batch", "group", "task", "attempts", "mean reward", "qualified")
     for group in lineage.groups:
@@ -126,4 +114,4 @@ def show(
     config = settings()
     store = open_object_store(config.objects_url, endpoint_url=config.s3_endpoint_url)
     lineage = checkpoint_lineage(engine, store, checkpoint)
-    emit("checkpoint show", lineage_document(lineage), as_json, lambda: _render(lineage))
+    emit("checkpoint show", lineage, as_json, lambda: _render(lineage))

@@ -68,10 +68,9 @@ def publish(
         table = current_table_ref(engine, "dataset_tasks", dataset.ref)
         assert table is not None
         report_dataset_published(dataset, table, store.uri(table.key))
-    data = {**dataset.model_dump(mode="json"), "ref": dataset.ref, "created": created}
     emit(
         "dataset publish",
-        data,
+        {**dataset.model_dump(), "created": created},
         as_json,
         lambda: console.print(
             f"{'published' if created else 'already published (identical content)'} "
@@ -100,11 +99,7 @@ def show(
 
     emit(
         "dataset show",
-        {
-            **dataset.model_dump(mode="json"),
-            "ref": dataset.ref,
-            "tasks": [task.model_dump() for task in tasks],
-        },
+        {**dataset.model_dump(), "tasks": tasks},
         as_json,
         render,
     )
@@ -126,9 +121,4 @@ def list_(as_json: bool = JSON_OPTION) -> None:
             )
         console.print(table)
 
-    emit(
-        "dataset list",
-        [{**d.model_dump(mode="json"), "ref": d.ref} for d in versions],
-        as_json,
-        render,
-    )
+    emit("dataset list", versions, as_json, render)

@@ -2,7 +2,9 @@
 
 Each printing command validates its document against the model named here before it
 prints, so the output and the schema (`synth schema COMMAND`) cannot drift apart. A
-program can rely on these fields; new fields are added, never renamed.
+program can rely on these fields; new fields are added, never renamed. A control record
+is its own document (`synth_pipelines/contracts/`), or a view that adds to it what the
+command knows besides; only what the CLI alone reports is declared here.
 """
 
 from __future__ import annotations
@@ -10,26 +12,25 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
+from pydantic.json_schema import GenerateJsonSchema
+from pydantic_core import core_schema
 
-from synth_pipelines.contracts.new_datum_reasons import NewDatumReason
+from synth_pipelines.contracts.admission_lease import Lease
+from synth_pipelines.contracts.checkpoint import Checkpoint
+from synth_pipelines.contracts.checkpoint_lineage import CheckpointLineage
+from synth_pipelines.contracts.dataset import DatasetVersion, TaskRef
+from synth_pipelines.contracts.plan import ResourceBudget
+from synth_pipelines.contracts.policy_update import BatchLearningRow, PolicyUpdate
+from synth_pipelines.contracts.published_profile import PublishedProfile
+from synth_pipelines.contracts.regrade import Regrade
+from synth_pipelines.contracts.run_event import RunEvent
 
 
 class Document(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class DatasetDocument(Document):
-    ref: str
-    name: str
-    version: str
-    digest: str
-    task_count: int
-    owner: str
-    created_at: str
-    description: str
-
-
-class PublishedDataset(DatasetDocument):
+class PublishedDataset(DatasetVersion):
     created: bool
 
 
@@ -44,16 +45,8 @@ class PublishProgressDocument(Document):
     total: int
 
 
-class TaskDocument(Document):
-    position: int
-    name: str
-    digest: str
-    package_key: str
-    package_sha256: str
-
-
-class DatasetWithTasks(DatasetDocument):
-    tasks: list[TaskDocument]
+class DatasetWithTasks(DatasetVersion):
+    tasks: list[TaskRef]
 
 
 class RunSummary(Document):
@@ -111,61 +104,11 @@ class StopDocument(Document):
     cause: FailureCauseDocument | None
 
 
-class BatchLearningDocument(Document):
-    """One training batch: what sampling gave learning and what the optimizer step did.
-
-    The group shares and per-turn token counts are tinker-cookbook's `by_group/frac_*`,
-    `ac_tokens_per_turn`, `ob_tokens_per_turn` and `turns_per_episode`; the sampler/trainer
-    agreement is its `kl_sample_train_v1`/`_v2`, measured at the batch's first
-    forward_backward. Step fields are null for a batch that applied no step.
-
-    The per-attempt calls and datums are over the attempts packed into datums;
-    `new_datum_reasons` counts why each datum after an attempt's first one started. All
-    are null for batches recorded before they were counted, and the means and maxima
-    also for a batch that packed no attempt."""
-
-    batch: str
-    batch_index: int
-    status: str
-    sampler: str
-    attempts: int
-    assessed: int
-    reward_mean: float
-    reward_std: float
-    groups: int
-    groups_used: int
-    groups_dropped: dict[str, int]
-    attempts_excluded: dict[str, int]
-    frac_mixed: float
-    frac_all_good: float
-    frac_all_bad: float
-    datums: int
-    action_tokens_per_turn: float
-    observation_tokens_per_turn: float
-    turns_per_attempt: float
-    optimizer_step: bool
-    no_step_reason: str | None
-    learning_rate: float | None
-    loss: float | None
-    grad_norm: float | None
-    entropy: float | None
-    kl_sample_train_v1: float | None
-    kl_sample_train_v2: float | None
-    sampling_sec: float | None
-    forward_backward_sec: float | None
-    optim_step_sec: float | None
-    calls_per_attempt_mean: float | None
-    calls_per_attempt_max: int | None
-    datums_per_attempt_mean: float | None
-    datums_per_attempt_max: int | None
-    new_datum_reasons: dict[NewDatumReason, int] | None
-
-
 class RunResultsDocument(RunSummary):
     summary: ResultSummary
     stopped_by: StopDocument | None
     batches_done: int
-    learning: list[BatchLearningDocument]
+    learning: list[BatchLearningRow]
     learning_warnings: list[str]
     tasks: list[TaskResultDocument]
     trial_records: str
@@ -243,27 +186,6 @@ class AssessmentComparison(Document):
     tasks: dict[str, dict[str, list[float | None]]]
 
 
-class RunEventDocument(Document):
-    seq: int
-    run_id: str
-    kind: str
-    data: dict[str, Any]
-    created_at: str
-
-
-class CheckpointDocument(Document):
-    sampler_path: str
-    run_id: str
-    batch: str
-    batch_index: int
-    state_path: str
-    base_model: str
-    owner: str
-    dataset_cursor: int
-    optimizer_steps: int
-    created_at: str
-
-
 class ResumedRun(Document):
     run_id: str
     resumed_batch: int
@@ -276,44 +198,12 @@ class CancelledRun(Document):
     terminated: list[str]
 
 
-class RegradeDocument(Document):
-    regrade_id: str
-    run_id: str
-    assessor: str
-    assessor_digest: str | None
-    backfill_id: str | None
-    batches: int
-    evaluation_only: bool
-    created_at: str
+class RegradeDocument(Regrade):
     backfill_status: str
     dagster_url: str
 
 
-class PolicyUpdateDocument(Document):
-    run_id: str
-    batch: str
-    batch_index: int
-    status: str
-    datums: int
-    state_path: str | None
-    metrics: dict[str, Any]
-    marked_at: str
-    resolution: str | None
-
-
-class ProfileDocument(Document):
-    ref: str
-    name: str
-    version: str
-    digest: str
-    canonical: str
-    engine: str
-    role: str
-    owner: str
-    created_at: str
-
-
-class PublishedProfile(ProfileDocument):
+class PublishedProfileDocument(PublishedProfile):
     created: bool
 
 
@@ -465,32 +355,6 @@ class ImagePruneDocument(Document):
     layer_bytes: int
 
 
-class SamplingGroupDocument(Document):
-    run_id: str
-    batch: str
-    group_index: int
-    task_name: str
-    attempts: int
-    mean_reward: float | None
-    qualified: bool | None
-    exclusion: str | None
-
-
-class CheckpointSelectionDocument(Document):
-    run_id: str
-    kind: str
-    status: str
-    as_model: bool
-    policy_batches: list[str]
-
-
-class CheckpointLineageDocument(Document):
-    checkpoint: CheckpointDocument
-    update: PolicyUpdateDocument | None
-    groups: list[SamplingGroupDocument]
-    selected_by: list[CheckpointSelectionDocument]
-
-
 class AttemptMessageDocument(Document):
     role: str
     content: list[dict[str, Any]]
@@ -539,13 +403,6 @@ class AttemptDocument(Document):
     exception: str | None
 
 
-class PoolLimitsDocument(Document):
-    max_active_attempts: int
-    cpus: float
-    memory_mb: int
-    storage_mb: int
-
-
 class PoolUseDocument(Document):
     active_attempts: int
     cpus: float
@@ -553,16 +410,7 @@ class PoolUseDocument(Document):
     storage_mb: int
 
 
-class PoolLeaseDocument(Document):
-    lease_id: str
-    holder: str
-    run_id: str | None
-    attempt_id: str | None
-    cpus: float
-    memory_mb: int
-    storage_mb: int
-    requested_at: str
-    expires_at: str
+class PoolLeaseDocument(Lease):
     expired: bool
 
 
@@ -571,7 +419,7 @@ class PoolDocument(Document):
     and the requests waiting in line, oldest first."""
 
     pool: str
-    limits: PoolLimitsDocument
+    limits: ResourceBudget
     use: PoolUseDocument
     held: list[PoolLeaseDocument]
     waiting: list[PoolLeaseDocument]
@@ -596,22 +444,22 @@ class ServedModelDocument(Document):
 DOCUMENTS: dict[str, Any] = {
     "error": ErrorDocument,
     "pool show": PoolDocument,
-    "checkpoint list": list[CheckpointDocument],
-    "checkpoint show": CheckpointLineageDocument,
+    "checkpoint list": list[Checkpoint],
+    "checkpoint show": CheckpointLineage,
     "attempt show": AttemptDocument,
     "dataset publish": PublishedDataset,
     "dataset publish progress": PublishProgressDocument,
     "model teach": TeacherScript,
     "model list": list[ServedModelDocument],
     "dataset show": DatasetWithTasks,
-    "dataset list": list[DatasetDocument],
+    "dataset list": list[DatasetVersion],
     "run start": AcceptedRun,
     "run show": RunResultsDocument,
     "run show --assessments": AssessmentComparison,
     "run compare": RunComparison,
     "run list": list[RunSummary],
-    "run events": RunEventDocument,
-    "run checkpoints": list[CheckpointDocument],
+    "run events": RunEvent,
+    "run checkpoints": list[Checkpoint],
     "run resume": ResumedRun,
     "run cancel": CancelledRun,
     "run regrade": RegradeDocument,
@@ -619,11 +467,11 @@ DOCUMENTS: dict[str, Any] = {
     "run progress": RunProgressDocument,
     "run metrics": RunMetricsDocument,
     "train start": AcceptedRun,
-    "train resolve": PolicyUpdateDocument,
-    "train resolve --inspect": list[PolicyUpdateDocument],
-    "profile publish": PublishedProfile,
-    "profile show": ProfileDocument,
-    "profile list": list[ProfileDocument],
+    "train resolve": PolicyUpdate,
+    "train resolve --inspect": list[PolicyUpdate],
+    "profile publish": PublishedProfileDocument,
+    "profile show": PublishedProfile,
+    "profile list": list[PublishedProfile],
     "agent run": AgentRunDocument,
     "up": list[ServiceStarted],
     "down": list[ServiceStopped],
@@ -643,5 +491,19 @@ def validated(command: str, data: Any) -> Any:
     return adapter.dump_python(adapter.validate_python(data), mode="json")
 
 
+class _PrintedSchema(GenerateJsonSchema):
+    """A document's schema as it is printed: every field is always present, those with a
+    default (a number an older record lacks) included."""
+
+    def field_is_required(
+        self,
+        field: core_schema.ModelField | core_schema.DataclassField | core_schema.TypedDictField,
+        total: bool,
+    ) -> bool:
+        return not field.get("serialization_exclude")
+
+
 def schema(command: str) -> dict[str, Any]:
-    return TypeAdapter(DOCUMENTS[command]).json_schema()
+    return TypeAdapter(DOCUMENTS[command]).json_schema(
+        mode="serialization", schema_generator=_PrintedSchema
+    )

@@ -9,7 +9,8 @@ from rich.table import Table
 
 from synth_pipelines.cli.output import JSON_OPTION, console, emit, folding_table
 from synth_pipelines.config import settings
-from synth_pipelines.control.admission_leases import Lease, PoolUse, pool_leases
+from synth_pipelines.contracts.admission_lease import Lease
+from synth_pipelines.control.admission_leases import PoolUse, pool_leases
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.runtime.admission import WorkerPool
 
@@ -19,32 +20,17 @@ pool_app = typer.Typer(
 )
 
 
-def _lease_document(lease: Lease, now: datetime) -> dict:
-    return {
-        "lease_id": lease.lease_id,
-        "holder": lease.holder,
-        "run_id": lease.run_id,
-        "attempt_id": lease.attempt_id,
-        "cpus": lease.cpus,
-        "memory_mb": lease.memory_mb,
-        "storage_mb": lease.storage_mb,
-        "requested_at": lease.requested_at.isoformat(),
-        "expires_at": lease.expires_at.isoformat(),
-        "expired": lease.expires_at < now,
-    }
-
-
-def _leases_table(title: str, leases: list[dict]) -> Table:
+def _leases_table(title: str, leases: list[Lease], now: datetime) -> Table:
     table = folding_table("holder", "run / attempt", "cpus", "memory MB", "storage MB", "expires")
     table.title = title
     for lease in leases:
         table.add_row(
-            lease["holder"],
-            f"{lease['run_id'] or '-'} / {lease['attempt_id'] or '-'}",
-            f"{lease['cpus']:g}",
-            str(lease["memory_mb"]),
-            str(lease["storage_mb"]),
-            lease["expires_at"] + (" (expired)" if lease["expired"] else ""),
+            lease.holder,
+            f"{lease.run_id or '-'} / {lease.attempt_id or '-'}",
+            f"{lease.cpus:g}",
+            str(lease.memory_mb),
+            str(lease.storage_mb),
+            lease.expires_at.isoformat() + (" (expired)" if lease.expires_at < now else ""),
         )
     return table
 
@@ -58,30 +44,38 @@ def show(as_json: bool = JSON_OPTION) -> None:
     leases = pool_leases(control_engine(), pool_name)
     now = datetime.now(UTC)
     held = [lease for lease in leases if lease.state == "held"]
+    waiting = [lease for lease in leases if lease.state == "waiting"]
     use = PoolUse.of(held)
-    document = {
-        "pool": pool_name,
-        "limits": pool.limits.model_dump(),
-        "use": {
-            "active_attempts": use.active,
-            "cpus": use.cpus,
-            "memory_mb": use.memory_mb,
-            "storage_mb": use.storage_mb,
-        },
-        "held": [_lease_document(lease, now) for lease in held],
-        "waiting": [_lease_document(lease, now) for lease in leases if lease.state == "waiting"],
-    }
 
     def render() -> None:
-        limits, taken = document["limits"], document["use"]
+        limits = pool.limits
         console.print(f"[bold]pool {pool_name}[/]", soft_wrap=True)
         console.print(
-            f"attempts: {taken['active_attempts']} of {limits['max_active_attempts']}\n"
-            f"cpus: {taken['cpus']:g} of {limits['cpus']:g}\n"
-            f"memory MB: {taken['memory_mb']} of {limits['memory_mb']}\n"
-            f"storage MB: {taken['storage_mb']} of {limits['storage_mb']}"
+            f"attempts: {use.active} of {limits.max_active_attempts}\n"
+            f"cpus: {use.cpus:g} of {limits.cpus:g}\n"
+            f"memory MB: {use.memory_mb} of {limits.memory_mb}\n"
+            f"storage MB: {use.storage_mb} of {limits.storage_mb}"
         )
-        console.print(_leases_table("held", document["held"]))
-        console.print(_leases_table("waiting", document["waiting"]))
+        console.print(_leases_table("held", held, now))
+        console.print(_leases_table("waiting", waiting, now))
 
-    emit("pool show", document, as_json, render)
+    def lease_document(lease: Lease) -> dict:
+        return {**lease.model_dump(), "expired": lease.expires_at < now}
+
+    emit(
+        "pool show",
+        {
+            "pool": pool_name,
+            "limits": pool.limits,
+            "use": {
+                "active_attempts": use.active,
+                "cpus": use.cpus,
+                "memory_mb": use.memory_mb,
+                "storage_mb": use.storage_mb,
+            },
+            "held": [lease_document(lease) for lease in held],
+            "waiting": [lease_document(lease) for lease in waiting],
+        },
+        as_json,
+        render,
+    )

@@ -12,7 +12,6 @@ from synth_pipelines.config import settings
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.registry.profiles import (
     ProfileError,
-    PublishedProfile,
     get_profile,
     list_profiles,
 )
@@ -24,22 +23,6 @@ profile_app = typer.Typer(
 )
 
 
-def _as_dict(published: PublishedProfile) -> dict:
-    pinned = published.pinned
-    profile = pinned.profile()
-    return {
-        "ref": f"{pinned.name}@{pinned.version}",
-        "name": pinned.name,
-        "version": pinned.version,
-        "digest": pinned.digest,
-        "canonical": pinned.canonical,
-        "engine": profile.engine,
-        "role": profile.role,
-        "owner": published.owner,
-        "created_at": published.created_at.isoformat(),
-    }
-
-
 @profile_app.command("publish")
 def publish(
     path: Path = typer.Argument(..., help="A profile JSON file."), as_json: bool = JSON_OPTION
@@ -48,14 +31,13 @@ def publish(
     with user_errors(ProfileError):
         document = read_json_argument(f"@{path}", "profile")
         published, created = publish_profile(control_engine(), document, settings().owner)
-    data = {**_as_dict(published), "created": created}
     emit(
         "profile publish",
-        data,
+        {**published.model_dump(), "created": created},
         as_json,
         lambda: console.print(
             f"{'published' if created else 'already published (identical bytes)'} "
-            f"{data['ref']} {data['digest']}"
+            f"{published.ref} {published.digest}"
         ),
     )
 
@@ -66,32 +48,34 @@ def show(
 ) -> None:
     """The canonical bytes of a profile version and their digest."""
     with user_errors(ProfileError):
-        data = _as_dict(get_profile(control_engine(), ref))
+        published = get_profile(control_engine(), ref)
 
     def render() -> None:
-        console.print(f"[bold]{data['ref']}[/] {data['digest']} ({data['engine']}, {data['role']})")
-        console.print(data["canonical"], highlight=False, soft_wrap=True)
+        console.print(
+            f"[bold]{published.ref}[/] {published.digest} ({published.engine}, {published.role})"
+        )
+        console.print(published.canonical, highlight=False, soft_wrap=True)
 
-    emit("profile show", data, as_json, render)
+    emit("profile show", published, as_json, render)
 
 
 @profile_app.command("list")
 def list_(as_json: bool = JSON_OPTION) -> None:
     """Every published profile version."""
-    rows = [_as_dict(p) for p in list_profiles(control_engine())]
+    published = list_profiles(control_engine())
 
     def render() -> None:
         table = Table("profile", "engine", "role", "digest", "published")
         for column in table.columns:
             column.overflow = "fold"
-        for row in rows:
+        for profile in published:
             table.add_row(
-                row["ref"],
-                row["engine"],
-                row["role"],
-                row["digest"],
-                row["created_at"][:16].replace("T", " "),
+                profile.ref,
+                profile.engine,
+                profile.role,
+                profile.digest,
+                f"{profile.created_at:%Y-%m-%d %H:%M}",
             )
         console.print(table)
 
-    emit("profile list", rows, as_json, render)
+    emit("profile list", published, as_json, render)

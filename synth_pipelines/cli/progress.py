@@ -25,8 +25,8 @@ from synth_pipelines.control.events import read_events
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
-    from synth_pipelines.control.regrades import Regrade
-    from synth_pipelines.control.runs import RunRecord
+    from synth_pipelines.contracts.regrade import Regrade
+    from synth_pipelines.contracts.run_record import RunRecord
     from synth_pipelines.registry.datasets import PublishPhase
 
 ProgressMode = Literal["bar", "json", "off"]

@@ -47,7 +47,7 @@ def checkpoints(run_id: str = typer.Argument(...), as_json: bool = JSON_OPTION) 
             )
         console.print(table)
 
-    emit("run checkpoints", [checkpoint.as_dict() for checkpoint in found], as_json, render)
+    emit("run checkpoints", found, as_json, render)
 
 
 @run_app.command("resume")
@@ -148,7 +148,7 @@ def regrade(
                 soft_wrap=True,
             )
             raise typer.Exit(EXIT_INTERRUPTED) from None
-    data = {**started.as_dict(), "backfill_status": status, "dagster_url": backfill_url}
+    data = {**started.model_dump(), "backfill_status": status, "dagster_url": backfill_url}
 
     def render() -> None:
         console.print(

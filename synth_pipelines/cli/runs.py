@@ -24,8 +24,10 @@ from synth_pipelines.cli.output import (
 )
 from synth_pipelines.cli.progress import WAIT_HELP, ProgressDisplay, RunCounter
 from synth_pipelines.config import settings
+from synth_pipelines.contracts.run_event import RunEvent
+from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.control.database import control_engine
-from synth_pipelines.control.events import RunEvent, read_events
+from synth_pipelines.control.events import read_events
 from synth_pipelines.control.ownership import NotOwnerError, owned_run
 from synth_pipelines.control.run_document_fingerprint import STOP_EVENTS
 from synth_pipelines.control.runs import (
@@ -34,7 +36,6 @@ from synth_pipelines.control.runs import (
     AmbiguousRunIdError,
     IdempotencyConflictError,
     RunNotFoundError,
-    RunRecord,
     get_run,
     list_runs,
     resolve_run_id,
@@ -293,9 +294,9 @@ def show_results(run: RunRecord, as_json: bool) -> None:
         for table in learning_tables(learning):
             console.print(table)
         for row in learning:
-            dropped = ", ".join(f"{n} {why}" for why, n in row["groups_dropped"].items())
+            dropped = ", ".join(f"{n} {why}" for why, n in row.groups_dropped.items())
             console.print(
-                f"  batch {row['batch_index']} sampled from {row['sampler']}"
+                f"  batch {row.batch_index} sampled from {row.sampler}"
                 + (f"; groups dropped: {dropped}" if dropped else ""),
                 highlight=False,
                 soft_wrap=True,
@@ -462,7 +463,7 @@ def _print_event(event: RunEvent, as_json: bool) -> None:
     if as_json:
         from synth_pipelines.cli.json_documents import validated
 
-        typer.echo(json.dumps(validated("run events", event.as_dict()), sort_keys=True))
+        typer.echo(json.dumps(validated("run events", event), sort_keys=True))
     else:
         details = " ".join(f"{k}={v}" for k, v in sorted(event.data.items()))
         console.print(

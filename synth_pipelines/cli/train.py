@@ -40,14 +40,14 @@ def resolve_update(
     run_id = my_run(engine, run_id).run_id
     with user_errors(UnresolvedUpdateError):
         if inspect:
-            pending = [update.as_dict() for update in unresolved_updates(engine, run_id)]
+            pending = unresolved_updates(engine, run_id)
             emit(
                 "train resolve --inspect",
                 pending,
                 as_json,
                 lambda: console.print(
                     "\n".join(
-                        f"{u['batch']}: unresolved since {u['marked_at']}, {u['datums']} datums"
+                        f"{u.batch}: unresolved since {u.marked_at.isoformat()}, {u.datums} datums"
                         for u in pending
                     )
                     or f"{run_id} has no unresolved update"
@@ -57,7 +57,7 @@ def resolve_update(
         decided = resolve(engine, run_id, applied_state=applied, note=note)
     emit(
         "train resolve",
-        decided.as_dict(),
+        decided,
         as_json,
         lambda: console.print(
             f"{decided.batch}: {decided.resolution}; continue with `synth run resume {run_id}`"

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
 
 from synth_pipelines.contracts.refs import check_name, check_version
+from synth_pipelines.contracts.stored import StoredDateTime
 from synth_pipelines.contracts.table import TableRow
 
 DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
@@ -24,14 +24,18 @@ class TaskRef(TableRow):
 
 
 class DatasetVersion(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    """A published version, as the control database holds it."""
+
+    # A dump holds `ref`, which is derived again (not read) when a dump is validated.
+    model_config = ConfigDict(frozen=True, from_attributes=True)
 
     name: str
     version: str
     digest: str = Field(pattern=DIGEST_PATTERN)
     task_count: int = Field(ge=0)
     owner: str
-    created_at: datetime
+    created_at: StoredDateTime
+    """In JSON in pydantic's own form (`...Z`), as `dataset` documents have always had it."""
     description: str = ""
 
     @field_validator("name")
@@ -44,6 +48,7 @@ class DatasetVersion(BaseModel):
     def _version(cls, value: str) -> str:
         return check_version(value, "dataset")
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def ref(self) -> str:
         return f"{self.name}@{self.version}"

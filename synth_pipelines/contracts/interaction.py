@@ -8,21 +8,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from synth_pipelines.contracts.call_identity import CallIdentity
 from synth_pipelines.contracts.table import TableRow
 
 
-class Interaction(TableRow):
-    call_id: str
-    run_id: str
-    batch: str | None
-    attempt_id: str
-    trial_id: str | None
-    owner: str
-    role: str
-    agent_id: str
-    parent_agent_id: str | None
-    agent_type: str | None
-    native_session_id: str | None
+class Interaction(TableRow, CallIdentity):
+    """A flat row: the caller's identity comes first, then the call's own columns."""
+
     call_index: int
     model: str
     sampler: str

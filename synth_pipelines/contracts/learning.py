@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from synth_pipelines.contracts.exclusion import ExclusionReason
+
 # Named here too, where the learning tables' readers have always imported it from.
 from synth_pipelines.contracts.new_datum_reasons import NewDatumReason as NewDatumReason
 from synth_pipelines.contracts.table import TableRow
@@ -23,8 +25,8 @@ class PolicyBinding(TableRow):
 
 class QualifiedAttempt(TableRow):
     """One attempt's standing for learning: qualified with an advantage, or excluded with
-    the reason. Exclusions are settled before advantages, so an excluded attempt never
-    changes its siblings' advantages."""
+    the reason (its kind, and the whole account as text). Exclusions are settled before
+    advantages, so an excluded attempt never changes its siblings' advantages."""
 
     run_id: str
     batch: str
@@ -39,6 +41,8 @@ class QualifiedAttempt(TableRow):
     group_qualified: bool
     group_exclusion: str | None
     advantage: float | None
+    exclusion_reason: ExclusionReason | None
+    group_exclusion_reason: ExclusionReason | None
 
 
 class DatumRow(TableRow):

@@ -2,7 +2,8 @@
 
 The pyarrow schema is derived from the row model's annotations, tables are written
 from validated rows, and every read checks the stored schema against the declared one
-before any row is used.
+before any row is used. Arrow is imported where a table is built or read, not with the
+row models: the CLI's JSON documents are made of them, and printing one needs no Arrow.
 """
 
 from __future__ import annotations
@@ -11,28 +12,23 @@ import io
 import types
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Self, Union, get_args, get_origin
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Self, Union, get_args, get_origin
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class SchemaMismatchError(Exception):
     """A stored table does not have the schema its contract declares."""
 
 
-_SCALARS: dict[type, pa.DataType] = {
-    str: pa.string(),
-    int: pa.int64(),
-    float: pa.float64(),
-    bool: pa.bool_(),
-    datetime: pa.timestamp("us", tz="UTC"),
-}
-
-
 def _arrow_type(annotation: Any) -> tuple[pa.DataType, bool]:
     """(arrow type, nullable) for a field annotation."""
+    import pyarrow as pa
+
     origin = get_origin(annotation)
     if origin in (Union, types.UnionType):
         members = [a for a in get_args(annotation) if a is not type(None)]
@@ -42,8 +38,17 @@ def _arrow_type(annotation: Any) -> tuple[pa.DataType, bool]:
     if origin is list:
         (item,) = get_args(annotation)
         return pa.list_(_arrow_type(item)[0]), False
-    if annotation in _SCALARS:
-        return _SCALARS[annotation], False
+    if isinstance(annotation, type) and issubclass(annotation, StrEnum):
+        return pa.string(), False
+    scalars: dict[Any, pa.DataType] = {
+        str: pa.string(),
+        int: pa.int64(),
+        float: pa.float64(),
+        bool: pa.bool_(),
+        datetime: pa.timestamp("us", tz="UTC"),
+    }
+    if annotation in scalars:
+        return scalars[annotation], False
     raise TypeError(f"no Parquet type for table field annotation {annotation}")
 
 
@@ -52,6 +57,8 @@ class TableRow(BaseModel):
 
     @classmethod
     def arrow_schema(cls) -> pa.Schema:
+        import pyarrow as pa
+
         fields = []
         for name, info in cls.model_fields.items():
             arrow_type, nullable = _arrow_type(info.annotation)
@@ -60,6 +67,8 @@ class TableRow(BaseModel):
 
     @classmethod
     def to_table(cls, rows: Sequence[Self]) -> pa.Table:
+        import pyarrow as pa
+
         schema = cls.arrow_schema()
         columns = {name: [getattr(row, name) for row in rows] for name in schema.names}
         return pa.Table.from_pydict(columns, schema=schema)
@@ -81,6 +90,8 @@ class TableRow(BaseModel):
 
 
 def table_to_parquet(table: pa.Table) -> bytes:
+    import pyarrow.parquet as pq
+
     sink = io.BytesIO()
     pq.write_table(table, sink, compression="zstd")
     return sink.getvalue()
@@ -91,4 +102,7 @@ def parquet_to_table(data: bytes) -> pa.Table:
     pre-buffers on an I/O pool thread; when that thread drops the last reference to a
     Python-owned buffer after the interpreter has begun to finalize, the process aborts
     ("terminate called without an active exception") after it has done its work."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     return pq.ParquetFile(pa.BufferReader(data), pre_buffer=False).read(use_threads=False)

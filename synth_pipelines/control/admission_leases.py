@@ -15,43 +15,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Connection, Engine, delete, insert, select, update
 
+from synth_pipelines.contracts.admission_lease import Lease, ResourceDemand
 from synth_pipelines.contracts.plan import ResourceBudget
 from synth_pipelines.control.database import hold_lock
 from synth_pipelines.control.schema import admission_leases
-
-
-@dataclass(frozen=True)
-class ResourceDemand:
-    """What one attempt holds while it runs."""
-
-    cpus: float
-    memory_mb: int
-    storage_mb: int
-
-
-class Lease(BaseModel):
-    model_config = ConfigDict(from_attributes=True, frozen=True)
-
-    lease_id: str
-    pool: str
-    holder: str
-    run_id: str | None
-    attempt_id: str | None
-    cpus: float
-    memory_mb: int
-    storage_mb: int
-    state: Literal["waiting", "held"]
-    requested_at: datetime
-    expires_at: datetime
-
-    @property
-    def demand(self) -> ResourceDemand:
-        return ResourceDemand(self.cpus, self.memory_mb, self.storage_mb)
 
 
 class LeaseLostError(RuntimeError):
@@ -97,11 +67,6 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _aware(moment: datetime) -> datetime:
-    # SQLite hands timestamps back without their zone; they were written in UTC.
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
 def _pool_lock_id(pool: str) -> int:
     return int.from_bytes(hashlib.sha256(f"admission:{pool}".encode()).digest()[:8], signed=True)
 
@@ -127,16 +92,7 @@ def _leases(conn: Connection, pool: str) -> list[Lease]:
         .where(admission_leases.c.pool == pool)
         .order_by(admission_leases.c.requested_at, admission_leases.c.lease_id)
     ).all()
-    return [
-        Lease.model_validate(
-            {
-                **row._mapping,
-                "requested_at": _aware(row.requested_at),
-                "expires_at": _aware(row.expires_at),
-            }
-        )
-        for row in rows
-    ]
+    return [Lease.model_validate(row, from_attributes=True) for row in rows]
 
 
 def request_lease(

@@ -11,16 +11,20 @@ metadata read the same lineage.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
 
 from sqlalchemy import Engine, select
 
+from synth_pipelines.contracts.checkpoint import Checkpoint
+from synth_pipelines.contracts.checkpoint_lineage import (
+    CheckpointLineage,
+    CheckpointSelection,
+    SamplingGroup,
+)
 from synth_pipelines.contracts.learning import PolicyBinding, QualifiedAttempt
 from synth_pipelines.contracts.run_spec import RunSpec
 from synth_pipelines.contracts.table import TableRow
 from synth_pipelines.contracts.trial import TrialOutcome
-from synth_pipelines.control.checkpoints import Checkpoint, _checkpoint
-from synth_pipelines.control.policy_updates import PolicyUpdate, find_update
+from synth_pipelines.control.policy_updates import find_update
 from synth_pipelines.control.schema import asset_outputs, checkpoints, runs
 from synth_pipelines.control.table_outputs import TableMissingError, load_table
 from synth_pipelines.storage.objectstore import ObjectStore
@@ -28,40 +32,6 @@ from synth_pipelines.storage.objectstore import ObjectStore
 
 class CheckpointNotFoundError(LookupError):
     """No checkpoint of the owner matches the id, or more than one does."""
-
-
-@dataclass(frozen=True)
-class SamplingGroup:
-    """One task's attempts in a batch that sampled through the checkpoint."""
-
-    run_id: str
-    batch: str
-    group_index: int
-    task_name: str
-    attempts: int
-    mean_reward: float | None
-    qualified: bool | None
-    """None where the batch has no qualification (evaluation, unscored execution)."""
-    exclusion: str | None
-
-
-@dataclass(frozen=True)
-class Selection:
-    """A run that chose the checkpoint: as its `--model`, or as a batch's policy."""
-
-    run_id: str
-    kind: str
-    status: str
-    as_model: bool
-    policy_batches: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class CheckpointLineage:
-    checkpoint: Checkpoint
-    update: PolicyUpdate | None
-    groups: tuple[SamplingGroup, ...]
-    selections: tuple[Selection, ...]
 
 
 def owner_checkpoints(engine: Engine, owner: str, run_id: str | None = None) -> list[Checkpoint]:
@@ -73,7 +43,7 @@ def owner_checkpoints(engine: Engine, owner: str, run_id: str | None = None) -> 
         rows = conn.execute(
             query.order_by(checkpoints.c.created_at, checkpoints.c.batch_index)
         ).all()
-    return [_checkpoint(row) for row in rows]
+    return [Checkpoint.model_validate(row, from_attributes=True) for row in rows]
 
 
 def resolve_checkpoint(engine: Engine, owner: str, wanted: str) -> Checkpoint:
@@ -182,7 +152,7 @@ def _run_states(engine: Engine, run_ids: set[str]) -> dict[str, tuple[str, str]]
 
 def selections(
     engine: Engine, checkpoint: Checkpoint, bindings: list[PolicyBinding]
-) -> list[Selection]:
+) -> list[CheckpointSelection]:
     """Every run that chose the checkpoint, its own run included when a later batch did."""
     as_model = _runs_with_model(engine, checkpoint.sampler_path)
     batches: dict[str, list[str]] = defaultdict(list)
@@ -190,7 +160,7 @@ def selections(
         batches[binding.run_id].append(binding.batch)
     states = _run_states(engine, set(batches) | set(as_model))
     return [
-        Selection(
+        CheckpointSelection(
             run_id=run_id,
             kind=states[run_id][0],
             status=states[run_id][1],
@@ -214,5 +184,5 @@ def checkpoint_lineage(
         checkpoint=checkpoint,
         update=find_update(engine, checkpoint.run_id, checkpoint.batch),
         groups=tuple(groups),
-        selections=tuple(selections(engine, checkpoint, bindings)),
+        selected_by=tuple(selections(engine, checkpoint, bindings)),
     )

@@ -3,32 +3,14 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Row, insert, select
+from sqlalchemy import Connection, Engine, insert, select
 
+from synth_pipelines.contracts.run_event import RunEvent
 from synth_pipelines.control.database import EVENT_ORDER_LOCK, hold_lock
 from synth_pipelines.control.schema import run_events
-
-
-@dataclass(frozen=True)
-class RunEvent:
-    seq: int
-    run_id: str
-    kind: str
-    data: dict[str, Any]
-    created_at: datetime
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "seq": self.seq,
-            "run_id": self.run_id,
-            "kind": self.kind,
-            "data": self.data,
-            "created_at": self.created_at.isoformat(),
-        }
 
 
 def append_event(conn: Connection, run_id: str, kind: str, data: dict[str, Any]) -> int:
@@ -54,11 +36,6 @@ def record_event(engine: Engine, run_id: str, kind: str, data: dict[str, Any]) -
         return append_event(conn, run_id, kind, data)
 
 
-def _event(row: Row[Any]) -> RunEvent:
-    created = row.created_at if row.created_at.tzinfo else row.created_at.replace(tzinfo=UTC)
-    return RunEvent(row.seq, row.run_id, row.kind, json.loads(row.data_json), created)
-
-
 def read_events(
     engine: Engine,
     *,
@@ -74,4 +51,4 @@ def read_events(
         query = query.where(run_events.c.kind.in_(kinds))
     with engine.connect() as conn:
         rows = conn.execute(query.order_by(run_events.c.seq).limit(limit)).all()
-    return [_event(row) for row in rows]
+    return [RunEvent.model_validate(row, from_attributes=True) for row in rows]

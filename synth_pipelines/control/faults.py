@@ -10,32 +10,15 @@ harness that retries in a loop cannot grow the table.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from sqlalchemy import Engine, select
 from sqlalchemy.dialects import postgresql, sqlite
 
+from synth_pipelines.contracts.model_call_fault import ModelCallFault
 from synth_pipelines.control.schema import model_call_faults
 
 MESSAGE_LIMIT = 2000
-
-
-@dataclass(frozen=True)
-class ModelCallFault:
-    run_id: str
-    attempt_id: str
-    role: str
-    faults: int
-    status: int
-    error_type: str
-    message: str
-    first_at: datetime
-    last_at: datetime
-
-    def describe(self) -> str:
-        times = "" if self.faults == 1 else f" ({self.faults} failed calls; the last:)"
-        return f"model call failed{times} {self.status} {self.error_type}: {self.message}"
 
 
 def record_fault(
@@ -85,10 +68,4 @@ def attempt_fault(engine: Engine, run_id: str, attempt_id: str, role: str) -> Mo
                 model_call_faults.c.role == role,
             )
         ).first()
-    if row is None:
-        return None
-    fields = row._asdict()
-    for name in ("first_at", "last_at"):
-        if fields[name].tzinfo is None:
-            fields[name] = fields[name].replace(tzinfo=UTC)
-    return ModelCallFault(**fields)
+    return ModelCallFault.model_validate(row, from_attributes=True) if row else None

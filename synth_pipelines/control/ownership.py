@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from sqlalchemy import Engine
 
-from synth_pipelines.control.checkpoints import Checkpoint, find_checkpoint
-from synth_pipelines.control.runs import RunRecord, get_run
+from synth_pipelines.contracts.checkpoint import Checkpoint
+from synth_pipelines.contracts.run_record import RunRecord
+from synth_pipelines.control.checkpoints import find_checkpoint
+from synth_pipelines.control.runs import get_run
 
 
 class NotOwnerError(PermissionError):

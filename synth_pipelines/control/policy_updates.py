@@ -10,49 +10,18 @@ operator resolves it, by marking it applied (naming the saved state) or discardi
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
-from sqlalchemy import Engine, Row, insert, select, update
+from sqlalchemy import Engine, insert, select, update
 
+from synth_pipelines.contracts.batch_learning import BatchLearning
+from synth_pipelines.contracts.policy_update import PolicyUpdate
 from synth_pipelines.control.events import append_event
 from synth_pipelines.control.schema import policy_updates
 
 
 class UnresolvedUpdateError(RuntimeError):
     pass
-
-
-@dataclass(frozen=True)
-class PolicyUpdate:
-    run_id: str
-    batch: str
-    batch_index: int
-    status: str
-    datums: int
-    state_path: str | None
-    metrics: dict[str, Any]
-    marked_at: datetime
-    resolution: str | None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "marked_at": self.marked_at.isoformat()}
-
-
-def _update(row: Row[Any]) -> PolicyUpdate:
-    marked = row.marked_at if row.marked_at.tzinfo else row.marked_at.replace(tzinfo=UTC)
-    return PolicyUpdate(
-        row.run_id,
-        row.batch,
-        row.batch_index,
-        row.status,
-        row.datums,
-        row.state_path,
-        json.loads(row.metrics_json),
-        marked,
-        row.resolution,
-    )
 
 
 def find_update(engine: Engine, run_id: str, batch: str) -> PolicyUpdate | None:
@@ -62,7 +31,7 @@ def find_update(engine: Engine, run_id: str, batch: str) -> PolicyUpdate | None:
                 policy_updates.c.run_id == run_id, policy_updates.c.batch == batch
             )
         ).first()
-    return _update(row) if row else None
+    return PolicyUpdate.model_validate(row, from_attributes=True) if row else None
 
 
 def run_updates(engine: Engine, run_id: str) -> list[PolicyUpdate]:
@@ -73,7 +42,7 @@ def run_updates(engine: Engine, run_id: str) -> list[PolicyUpdate]:
             .where(policy_updates.c.run_id == run_id)
             .order_by(policy_updates.c.batch_index)
         ).all()
-    return [_update(row) for row in rows]
+    return [PolicyUpdate.model_validate(row, from_attributes=True) for row in rows]
 
 
 def unresolved_updates(engine: Engine, run_id: str) -> list[PolicyUpdate]:
@@ -83,7 +52,7 @@ def unresolved_updates(engine: Engine, run_id: str) -> list[PolicyUpdate]:
                 policy_updates.c.run_id == run_id, policy_updates.c.status == "unresolved"
             )
         ).all()
-    return [_update(row) for row in rows]
+    return [PolicyUpdate.model_validate(row, from_attributes=True) for row in rows]
 
 
 def refuse_if_unresolved(engine: Engine, run_id: str) -> None:
@@ -133,7 +102,7 @@ def mark_unresolved(engine: Engine, run_id: str, batch: str, index: int, datums:
 
 
 def acknowledge(
-    engine: Engine, run_id: str, batch: str, state_path: str, metrics: dict[str, Any]
+    engine: Engine, run_id: str, batch: str, state_path: str, learning: BatchLearning
 ) -> None:
     with engine.begin() as conn:
         changed = conn.execute(
@@ -146,14 +115,17 @@ def acknowledge(
             .values(
                 status="acknowledged",
                 state_path=state_path,
-                metrics_json=json.dumps(metrics, sort_keys=True),
+                metrics_json=json.dumps(learning.recorded(), sort_keys=True),
                 resolved_at=datetime.now(UTC),
             )
         ).rowcount
         if not changed:
             raise UnresolvedUpdateError(f"no unresolved update of {batch} to acknowledge")
         append_event(
-            conn, run_id, "update.acknowledged", {"batch": batch, "state": state_path, **metrics}
+            conn,
+            run_id,
+            "update.acknowledged",
+            {"batch": batch, "state": state_path, **learning.recorded()},
         )
 
 
@@ -164,7 +136,7 @@ def record_without_step(
     index: int,
     state_path: str,
     reason: str,
-    metrics: dict[str, Any],
+    learning: BatchLearning,
 ) -> None:
     """A batch with no eligible learning contributions: no optimizer step is enqueued, and
     the run says so (`batch.no_signal`): for a recipe, that is a failure to report."""
@@ -178,7 +150,7 @@ def record_without_step(
                 status="acknowledged",
                 datums=0,
                 state_path=state_path,
-                metrics_json=json.dumps(metrics, sort_keys=True),
+                metrics_json=json.dumps(learning.recorded(), sort_keys=True),
                 marked_at=now,
                 resolved_at=now,
                 resolution=reason,

@@ -3,43 +3,13 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
-from sqlalchemy import Engine, Row, func, insert, select, update
+from sqlalchemy import Engine, func, insert, select, update
 
+from synth_pipelines.contracts.regrade import Regrade
 from synth_pipelines.control.events import append_event
 from synth_pipelines.control.schema import evidence_calls, regrades
-
-
-@dataclass(frozen=True)
-class Regrade:
-    regrade_id: str
-    run_id: str
-    assessor: str
-    assessor_digest: str | None
-    backfill_id: str | None
-    batches: int
-    evaluation_only: bool
-    created_at: datetime
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "created_at": self.created_at.isoformat()}
-
-
-def _regrade(row: Row[Any]) -> Regrade:
-    created = row.created_at if row.created_at.tzinfo else row.created_at.replace(tzinfo=UTC)
-    return Regrade(
-        row.regrade_id,
-        row.run_id,
-        row.assessor,
-        row.assessor_digest,
-        row.backfill_id,
-        row.batches,
-        bool(row.evaluation_only),
-        created,
-    )
 
 
 def has_actor_evidence(engine: Engine, run_id: str) -> bool:
@@ -95,7 +65,7 @@ def get_regrade(engine: Engine, regrade_id: str) -> Regrade:
         row = conn.execute(select(regrades).where(regrades.c.regrade_id == regrade_id)).first()
     if row is None:
         raise LookupError(f"no regrade {regrade_id!r}")
-    return _regrade(row)
+    return Regrade.model_validate(row, from_attributes=True)
 
 
 def run_regrades(engine: Engine, run_id: str) -> list[Regrade]:
@@ -103,4 +73,4 @@ def run_regrades(engine: Engine, run_id: str) -> list[Regrade]:
         rows = conn.execute(
             select(regrades).where(regrades.c.run_id == run_id).order_by(regrades.c.created_at)
         ).all()
-    return [_regrade(row) for row in rows]
+    return [Regrade.model_validate(row, from_attributes=True) for row in rows]

@@ -8,19 +8,18 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, get_args
 
-from sqlalchemy import Engine, Row, select, update
+from sqlalchemy import Engine, select, update
 from sqlalchemy.exc import IntegrityError
 
 from synth_pipelines.contracts.plan import Plan
+from synth_pipelines.contracts.run_record import TERMINAL, RunRecord
 from synth_pipelines.contracts.run_spec import RunRequest, RunSpec
 from synth_pipelines.control.events import append_event
 from synth_pipelines.control.schema import runs
 
-TERMINAL = ("succeeded", "failed", "cancelled")
 STATUSES = ("accepted", "running", "interrupted", *TERMINAL)
 KINDS = tuple(
     get_args(plan.model_fields["kind"].annotation)[0] for plan in get_args(get_args(Plan)[0])
@@ -42,48 +41,12 @@ class IdempotencyConflictError(ValueError):
     pass
 
 
-@dataclass(frozen=True)
-class RunRecord:
-    run_id: str
-    owner: str
-    idempotency_key: str
-    request_digest: str
-    kind: str
-    status: str
-    batch_count: int
-    spec: RunSpec
-    created_at: datetime
-    updated_at: datetime
-
-    @property
-    def finished(self) -> bool:
-        return self.status in TERMINAL
-
-
-def _record(row: Row[Any]) -> RunRecord:
-    def aware(value: datetime) -> datetime:
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-
-    return RunRecord(
-        run_id=row.run_id,
-        owner=row.owner,
-        idempotency_key=row.idempotency_key,
-        request_digest=row.request_digest,
-        kind=row.kind,
-        status=row.status,
-        batch_count=row.batch_count,
-        spec=RunSpec.model_validate_json(row.spec_json),
-        created_at=aware(row.created_at),
-        updated_at=aware(row.updated_at),
-    )
-
-
 def _find_by_key(engine: Engine, owner: str, key: str) -> RunRecord | None:
     with engine.connect() as conn:
         row = conn.execute(
             select(runs).where(runs.c.owner == owner, runs.c.idempotency_key == key)
         ).first()
-    return _record(row) if row else None
+    return RunRecord.model_validate(row, from_attributes=True) if row else None
 
 
 def _check_same_request(existing: RunRecord, digest: str, key: str) -> RunRecord:
@@ -155,7 +118,7 @@ def get_run(engine: Engine, run_id: str) -> RunRecord:
         row = conn.execute(select(runs).where(runs.c.run_id == run_id)).first()
     if row is None:
         raise RunNotFoundError(f"no run {run_id!r}; `synth run list` shows the known runs")
-    return _record(row)
+    return RunRecord.model_validate(row, from_attributes=True)
 
 
 def resolve_run_id(engine: Engine, text: str, owner: str) -> str:
@@ -200,7 +163,9 @@ def list_runs(
     if status is not None:
         query = query.where(runs.c.status == status)
     with engine.connect() as conn:
-        return [_record(row) for row in conn.execute(query).all()]
+        return [
+            RunRecord.model_validate(row, from_attributes=True) for row in conn.execute(query).all()
+        ]
 
 
 def transition(

@@ -18,7 +18,6 @@ import io
 import threading
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
@@ -26,20 +25,10 @@ import pyarrow.parquet as pq
 from sqlalchemy import Engine, insert, select
 from sqlalchemy.exc import IntegrityError
 
+from synth_pipelines.contracts.evidence_chunk import EvidenceChunk
 from synth_pipelines.control.schema import evidence_calls, evidence_chunks
 from synth_pipelines.evidence.spool import PublishIntent, Spool, StagedCall
 from synth_pipelines.storage.objectstore import ObjectStore
-
-
-@dataclass(frozen=True)
-class PublishedChunk:
-    key: str
-    sha256: str
-    size: int
-    run_id: str
-    batch: str | None
-    attempt_id: str
-    calls: int
 
 
 def chunk_parquet(table: pa.Table) -> bytes:
@@ -64,7 +53,7 @@ class EvidencePublisher:
         spool: Spool,
         store: ObjectStore,
         engine: Engine,
-        report: Callable[[PublishedChunk], None] | None = None,
+        report: Callable[[EvidenceChunk], None] | None = None,
         max_calls_per_chunk: int = 256,
         settle_sec: float = 0.0,
         max_wait_sec: float = 60.0,
@@ -80,7 +69,7 @@ class EvidencePublisher:
 
     def publish_pending(
         self, everything: bool = False, attempts: frozenset[str] | None = None
-    ) -> list[PublishedChunk]:
+    ) -> list[EvidenceChunk]:
         """Complete interrupted chunks, then publish the staged calls of settled attempts
         (of every attempt with `everything`); with `attempts`, only those attempts' calls,
         settled or not."""
@@ -113,59 +102,45 @@ class EvidencePublisher:
             or len(calls) >= self.max_calls_per_chunk
         )
 
-    def _committed(self, key: str) -> bool:
+    def _committed(self, key: str) -> EvidenceChunk | None:
         with self.engine.connect() as conn:
-            return (
-                conn.execute(
-                    select(evidence_chunks.c.chunk_key).where(evidence_chunks.c.chunk_key == key)
-                ).first()
-                is not None
-            )
+            row = conn.execute(
+                select(evidence_chunks).where(evidence_chunks.c.chunk_key == key)
+            ).first()
+        return EvidenceChunk.model_validate(row, from_attributes=True) if row else None
 
-    def _complete(self, intent: PublishIntent) -> PublishedChunk:
+    def _complete(self, intent: PublishIntent) -> EvidenceChunk:
         key = chunk_key(intent)
-        if self._committed(key):
-            ref = self.store.head(key)
-            assert ref is not None, f"committed evidence chunk {key} is missing"
-            chunk = PublishedChunk(
-                key,
-                ref.sha256,
-                ref.size,
-                intent.run_id,
-                intent.batch,
-                intent.attempt_id,
-                len(intent.call_ids),
-            )
-            return self._reported(intent, chunk)
+        committed = self._committed(key)
+        if committed is not None:
+            stored = self.store.head(key)
+            assert stored is not None, f"committed evidence chunk {key} is missing"
+            return self._reported(intent, committed)
         table = self.spool.load_table(intent.call_ids)
         ref = self.store.put(key, chunk_parquet(table))
         calls = table.select(
             ["call_id", "run_id", "batch", "attempt_id", "agent_id", "call_index", "role"]
         ).to_pylist()
+        chunk = EvidenceChunk(
+            chunk_key=key,
+            run_id=intent.run_id,
+            batch=intent.batch,
+            attempt_id=intent.attempt_id,
+            sha256=ref.sha256,
+            size=ref.size,
+            calls=len(calls),
+            published_at=datetime.now(UTC),
+        )
         try:
             with self.engine.begin() as conn:
-                conn.execute(
-                    insert(evidence_chunks).values(
-                        chunk_key=key,
-                        run_id=intent.run_id,
-                        batch=intent.batch,
-                        attempt_id=intent.attempt_id,
-                        sha256=ref.sha256,
-                        size=ref.size,
-                        calls=len(calls),
-                        published_at=datetime.now(UTC),
-                    )
-                )
+                conn.execute(insert(evidence_chunks).values(**chunk.model_dump()))
                 conn.execute(insert(evidence_calls), [{**call, "chunk_key": key} for call in calls])
         except IntegrityError:
-            if not self._committed(key):
+            if self._committed(key) is None:
                 raise
-        chunk = PublishedChunk(
-            key, ref.sha256, ref.size, intent.run_id, intent.batch, intent.attempt_id, len(calls)
-        )
         return self._reported(intent, chunk)
 
-    def _reported(self, intent: PublishIntent, chunk: PublishedChunk) -> PublishedChunk:
+    def _reported(self, intent: PublishIntent, chunk: EvidenceChunk) -> EvidenceChunk:
         """Report before the intent is finished: a crash in between reports it again on
         restart (at least once), where finishing first would lose the report for good."""
         if self.report is not None:

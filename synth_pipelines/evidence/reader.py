@@ -8,6 +8,7 @@ from datetime import datetime
 
 from sqlalchemy import Engine, func, select
 
+from synth_pipelines.contracts.evidence_chunk import EvidenceChunk
 from synth_pipelines.contracts.interaction import Interaction
 from synth_pipelines.contracts.table import SchemaMismatchError, parquet_to_table
 from synth_pipelines.control.schema import evidence_calls, evidence_chunks
@@ -38,16 +39,16 @@ def read_attempt_evidence(
         rows = conn.execute(
             select(evidence_chunks).where(evidence_chunks.c.attempt_id.in_(attempt_ids))
         ).all()
-    for row in rows:
+    for chunk in (EvidenceChunk.model_validate(row, from_attributes=True) for row in rows):
         try:
-            data = store.get(row.chunk_key, expected_sha256=row.sha256)
+            data = store.get(chunk.chunk_key, expected_sha256=chunk.sha256)
             calls = Interaction.from_table(parquet_to_table(data))
         except (ObjectIntegrityError, ObjectMissingError, SchemaMismatchError) as error:
-            evidence.problems[row.attempt_id] = f"evidence chunk {row.chunk_key}: {error}"
+            evidence.problems[chunk.attempt_id] = f"evidence chunk {chunk.chunk_key}: {error}"
             continue
         evidence.chunks += 1
-        evidence.bytes += row.size
-        evidence.calls[row.attempt_id].extend(calls)
+        evidence.bytes += chunk.size
+        evidence.calls[chunk.attempt_id].extend(calls)
     for calls in evidence.calls.values():
         calls.sort(key=lambda c: (c.created_at, c.call_id))
     return evidence

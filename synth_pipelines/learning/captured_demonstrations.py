@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from sqlalchemy import Engine
 
 from synth_pipelines.contracts.interaction import Interaction
-from synth_pipelines.control.runs import RunNotFoundError, RunRecord, get_run
+from synth_pipelines.contracts.run_record import RunRecord
+from synth_pipelines.control.runs import RunNotFoundError, get_run
 from synth_pipelines.evidence.reader import read_attempt_evidence, run_attempts
 from synth_pipelines.learning.demonstrations import DemonstrationError
 from synth_pipelines.learning.trajectories import agent_calls

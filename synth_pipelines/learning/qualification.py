@@ -13,6 +13,7 @@ import math
 import torch
 
 from synth_pipelines.contracts.assessment import Assessment
+from synth_pipelines.contracts.exclusion import Exclusion, ExclusionReason
 from synth_pipelines.contracts.interaction import Interaction
 from synth_pipelines.contracts.learning import QualifiedAttempt
 from synth_pipelines.contracts.plan import Eligibility
@@ -35,13 +36,14 @@ chat-completions server or an upstream Anthropic endpoint): text evidence, reque
 response JSON with no token ids or logprobs."""
 
 
-def text_evidence_reason(call: Interaction) -> str | None:
+def text_evidence_reason(call: Interaction) -> Exclusion | None:
     """Why a call cannot be learned from, if it is text evidence."""
     if not call.sampler.startswith(INFERENCE_ONLY_SAMPLERS):
         return None
-    return (
+    return Exclusion(
+        ExclusionReason.TEXT_EVIDENCE,
         f"call {call.call_id} was answered by the inference-only route {call.sampler}: "
-        "text evidence, with no token ids or logprobs to learn from"
+        "text evidence, with no token ids or logprobs to learn from",
     )
 
 
@@ -50,45 +52,58 @@ def attempt_exclusion(
     calls: list[Interaction],
     evidence_problem: str | None,
     sampler: str,
-) -> str | None:
+) -> Exclusion | None:
     if assessment is None or not assessment.valid or assessment.reward is None:
         reason = assessment.reason if assessment is not None else "not assessed"
-        return f"no valid reward ({reason})"
+        return Exclusion(ExclusionReason.NO_VALID_REWARD, f"no valid reward ({reason})")
     if not math.isfinite(assessment.reward):
-        return f"reward {assessment.reward} is not finite"
+        return Exclusion(
+            ExclusionReason.REWARD_NOT_FINITE, f"reward {assessment.reward} is not finite"
+        )
     if evidence_problem is not None:
-        return f"evidence unusable: {evidence_problem}"
+        return Exclusion(
+            ExclusionReason.EVIDENCE_UNUSABLE, f"evidence unusable: {evidence_problem}"
+        )
     if not calls:
-        return "no captured model calls"
+        return Exclusion(ExclusionReason.NO_CALLS, "no captured model calls")
     for call in calls:
         text_only = text_evidence_reason(call)
         if text_only is not None:
             return text_only
         if not call.aligned:
-            return (
+            return Exclusion(
+                ExclusionReason.UNALIGNED_LOGPROBS,
                 f"call {call.call_id}: {len(call.completion_tokens)} sampled tokens but "
-                f"{len(call.logprobs)} logprobs"
+                f"{len(call.logprobs)} logprobs",
             )
         if not all(math.isfinite(lp) for lp in call.logprobs):
-            return f"call {call.call_id}: a sampler logprob is not finite"
+            return Exclusion(
+                ExclusionReason.LOGPROB_NOT_FINITE,
+                f"call {call.call_id}: a sampler logprob is not finite",
+            )
         if not call.prompt_tokens:
-            return f"call {call.call_id}: empty prompt"
+            return Exclusion(ExclusionReason.EMPTY_PROMPT, f"call {call.call_id}: empty prompt")
         if call.sampler != sampler:
-            return (
+            return Exclusion(
+                ExclusionReason.OTHER_POLICY,
                 f"call {call.call_id} was sampled by {call.sampler}, "
-                f"not this batch's policy {sampler}"
+                f"not this batch's policy {sampler}",
             )
     return None
 
 
-def group_exclusion(rewards: list[float], eligibility: Eligibility) -> str | None:
+def group_exclusion(rewards: list[float], eligibility: Eligibility) -> Exclusion | None:
     if len(rewards) < eligibility.min_qualified_attempts:
-        return (
+        return Exclusion(
+            ExclusionReason.TOO_FEW_QUALIFIED,
             f"{len(rewards)} qualified attempt(s), fewer than the "
-            f"{eligibility.min_qualified_attempts} the plan requires"
+            f"{eligibility.min_qualified_attempts} the plan requires",
         )
     if eligibility.drop_constant_reward_groups and len(set(rewards)) == 1:
-        return f"no reward signal: all {len(rewards)} qualified attempts scored {rewards[0]:g}"
+        return Exclusion(
+            ExclusionReason.CONSTANT_REWARD,
+            f"no reward signal: all {len(rewards)} qualified attempts scored {rewards[0]:g}",
+        )
     return None
 
 
@@ -140,10 +155,12 @@ def qualify_group(
             reward=assessment.reward if assessment is not None else None,
             calls=len(mine),
             qualified=exclusion is None,
-            exclusion=exclusion,
+            exclusion=exclusion.detail if exclusion else None,
             group_qualified=why_not is None,
-            group_exclusion=why_not,
+            group_exclusion=why_not.detail if why_not else None,
             advantage=advantages.get(outcome.attempt_id),
+            exclusion_reason=exclusion.reason if exclusion else None,
+            group_exclusion_reason=why_not.reason if why_not else None,
         )
         for outcome, assessment, mine, exclusion in standing
     ]

@@ -15,16 +15,16 @@ import math
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from sqlalchemy import Engine
 from tinker_cookbook.rl.metric_util import compute_trajectory_metrics
 
+from synth_pipelines.contracts.batch_learning import BatchLearning
+from synth_pipelines.contracts.checkpoint import Checkpoint
 from synth_pipelines.contracts.learning import DatumRow, PolicyBinding, QualifiedAttempt
 from synth_pipelines.contracts.plan import TrainPlan
 from synth_pipelines.contracts.run_spec import RunSpec
 from synth_pipelines.contracts.trial import TrialOutcome
-from synth_pipelines.control.checkpoints import Checkpoint
 from synth_pipelines.judging.assessing import Assessor, trial_assessment
 from synth_pipelines.learning.batch_learning import EvidenceAudit, GroupLearning, learn_group
 from synth_pipelines.learning.packing_stats import batch_packing
@@ -33,17 +33,7 @@ from synth_pipelines.learning.update import apply_update, commit_checkpoint
 from synth_pipelines.storage.objectstore import ObjectStore
 
 
-def _reason(standing: QualifiedAttempt) -> str:
-    """An exclusion's kind, without its particulars (counts group by it)."""
-    why = standing.group_exclusion or ""
-    if why.startswith("no reward signal"):
-        return "constant reward"
-    if "fewer than" in why:
-        return "too few qualified attempts"
-    return why.split(":")[0] or "excluded"
-
-
-def signal_metrics(groups: list[GroupLearning]) -> dict[str, Any]:
+def signal_metrics(groups: list[GroupLearning]) -> BatchLearning:
     """What the batch's sampling gave learning: rewards, group shares, tokens, drops, and
     how its attempts packed into datums."""
     standings = [s for group in groups for s in group.standings]
@@ -54,31 +44,29 @@ def signal_metrics(groups: list[GroupLearning]) -> dict[str, Any]:
     cookbook = compute_trajectory_metrics(rollouts, [[] for _ in rollouts]) if rollouts else {}
     used = [any(s.group_qualified for s in group.standings) for group in groups]
     dropped = Counter(
-        _reason(group.standings[0])
+        str(group.standings[0].group_exclusion_reason)
         for group, kept in zip(groups, used, strict=True)
         if not kept and group.standings
     )
-    excluded = Counter(
-        (s.exclusion or "").split(":")[0] or "excluded" for s in standings if not s.qualified
-    )
-    return {
-        "attempts": len(standings),
-        "assessed": len(rewards),
-        "reward_mean": mean,
-        "reward_std": std,
-        "groups": len(groups),
-        "groups_used": sum(used),
-        "groups_dropped": dict(dropped),
-        "attempts_excluded": dict(excluded),
-        "frac_mixed": cookbook.get("env/all/by_group/frac_mixed", 0.0),
-        "frac_all_good": cookbook.get("env/all/by_group/frac_all_good", 0.0),
-        "frac_all_bad": cookbook.get("env/all/by_group/frac_all_bad", 0.0),
-        "action_tokens_per_turn": cookbook.get("env/all/ac_tokens_per_turn", 0.0),
-        "observation_tokens_per_turn": cookbook.get("env/all/ob_tokens_per_turn", 0.0),
-        "turns_per_attempt": cookbook.get("env/all/turns_per_episode", 0.0),
-        "datums": sum(len(group.datums) for group in groups),
+    excluded = Counter(str(s.exclusion_reason) for s in standings if not s.qualified)
+    return BatchLearning(
+        attempts=len(standings),
+        assessed=len(rewards),
+        reward_mean=mean,
+        reward_std=std,
+        groups=len(groups),
+        groups_used=sum(used),
+        groups_dropped=dict(dropped),
+        attempts_excluded=dict(excluded),
+        frac_mixed=cookbook.get("env/all/by_group/frac_mixed", 0.0),
+        frac_all_good=cookbook.get("env/all/by_group/frac_all_good", 0.0),
+        frac_all_bad=cookbook.get("env/all/by_group/frac_all_bad", 0.0),
+        action_tokens_per_turn=cookbook.get("env/all/ac_tokens_per_turn", 0.0),
+        observation_tokens_per_turn=cookbook.get("env/all/ob_tokens_per_turn", 0.0),
+        turns_per_attempt=cookbook.get("env/all/turns_per_episode", 0.0),
+        datums=sum(len(group.datums) for group in groups),
         **asdict(batch_packing([attempt for group in groups for attempt in group.packing])),
-    }
+    )
 
 
 @dataclass
@@ -129,23 +117,20 @@ class TrainingStep:
     def audit(self) -> EvidenceAudit:
         return sum((group.audit for group in self.groups), EvidenceAudit())
 
-    async def update(self, sampling_sec: float) -> dict[str, Any]:
+    async def update(self, sampling_sec: float) -> BatchLearning:
         """The one optimizer step of the batch (or the reason there is none); returns the
         batch's learning numbers, as `synth run show` and the Dagster UI show them."""
-        signal = signal_metrics(self._ordered())
-        started = time.monotonic()
-        update = await apply_update(
-            self.engine,
-            self.spec,
-            self.index,
-            self.trainer,
-            self.datums,
-            {**signal, "sampler": self.binding.sampler, "sampling_sec": sampling_sec},
+        signal = signal_metrics(self._ordered()).model_copy(
+            update={"sampler": self.binding.sampler, "sampling_sec": sampling_sec}
         )
-        return {**update, "step_sec": time.monotonic() - started}
+        started = time.monotonic()
+        learning = await apply_update(
+            self.engine, self.spec, self.index, self.trainer, self.datums, signal
+        )
+        return learning.model_copy(update={"step_sec": time.monotonic() - started})
 
-    async def checkpoint(self, metrics: dict[str, Any]) -> Checkpoint:
+    async def checkpoint(self, learning: BatchLearning) -> Checkpoint:
         """The sampler weights and trainer state that bind the next batch."""
         return await commit_checkpoint(
-            self.engine, self.spec, self.index, self.trainer, self.binding, metrics
+            self.engine, self.spec, self.index, self.trainer, self.binding, learning
         )

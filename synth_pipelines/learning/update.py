@@ -14,18 +14,14 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy import Engine
 
+from synth_pipelines.contracts.batch_learning import BatchLearning
+from synth_pipelines.contracts.checkpoint import Checkpoint
 from synth_pipelines.contracts.learning import DatumRow, PolicyBinding, same_datums
 from synth_pipelines.contracts.run_spec import RunSpec, batch_key
-from synth_pipelines.control.checkpoints import (
-    Checkpoint,
-    batch_checkpoint,
-    find_checkpoint,
-    record_checkpoint,
-)
+from synth_pipelines.control.checkpoints import batch_checkpoint, find_checkpoint, record_checkpoint
 from synth_pipelines.control.policy_updates import (
     UnresolvedUpdateError,
     acknowledge,
@@ -38,10 +34,10 @@ from synth_pipelines.control.run_lifecycle import complete_batch
 from synth_pipelines.learning.trainer import Trainer
 
 
-def no_signal_reason(signal: dict[str, Any]) -> str:
-    dropped = ", ".join(f"{count} {why}" for why, count in signal["groups_dropped"].items())
+def no_signal_reason(signal: BatchLearning) -> str:
+    dropped = ", ".join(f"{count} {why}" for why, count in signal.groups_dropped.items())
     return (
-        f"no usable learning signal: 0 of {signal['groups']} groups qualified"
+        f"no usable learning signal: 0 of {signal.groups} groups qualified"
         + (f" ({dropped})" if dropped else "")
         + "; the recipe needs groups whose attempts score differently"
     )
@@ -53,10 +49,10 @@ async def apply_update(
     index: int,
     trainer: Trainer,
     rows: list[DatumRow],
-    signal: dict[str, Any],
-) -> dict[str, Any]:
+    signal: BatchLearning,
+) -> BatchLearning:
     """Apply the batch's one optimizer step over `rows` (submitted group by group, or now);
-    returns the update's metrics, `signal` included."""
+    returns the batch's learning numbers, `signal`'s and the step's."""
     batch = batch_key(spec.run_id, index)
     await asyncio.to_thread(refuse_if_unresolved, engine, spec.run_id)
     existing = await asyncio.to_thread(find_update, engine, spec.run_id, batch)
@@ -72,34 +68,35 @@ async def apply_update(
     learning_rate = trainer.plan.learning_rate
     if not rows:
         reason = no_signal_reason(signal)
-        metrics = {**signal, "optimizer_step": False, "no_step_reason": reason}
+        learning = signal.model_copy(update={"optimizer_step": False, "no_step_reason": reason})
         await trainer.training_client()
         state = await trainer.save_state(f"{batch}-update")
         await asyncio.to_thread(
-            record_without_step, engine, spec.run_id, batch, index, state, reason, metrics
+            record_without_step, engine, spec.run_id, batch, index, state, reason, learning
         )
-        return metrics
+        return learning
     gradients = await trainer.gradients()
     await asyncio.to_thread(mark_unresolved, engine, spec.run_id, batch, index, len(rows))
     started = time.monotonic()
     optimizer = await trainer.optim_step()
-    metrics = {
-        **signal,
-        "optimizer_step": True,
-        "learning_rate": learning_rate,
-        "loss": gradients.loss,
-        "grad_norm": optimizer.get("grad_norm:mean"),
-        "entropy": gradients.entropy,
-        "kl_sample_train_v1": gradients.kl_sample_train_v1,
-        "kl_sample_train_v2": gradients.kl_sample_train_v2,
-        "datums": gradients.datums,
-        "action_tokens": gradients.action_tokens,
-        "forward_backward_sec": gradients.seconds,
-        "optim_step_sec": time.monotonic() - started,
-    }
+    learning = signal.model_copy(
+        update={
+            "optimizer_step": True,
+            "learning_rate": learning_rate,
+            "loss": gradients.loss,
+            "grad_norm": optimizer.get("grad_norm:mean"),
+            "entropy": gradients.entropy,
+            "kl_sample_train_v1": gradients.kl_sample_train_v1,
+            "kl_sample_train_v2": gradients.kl_sample_train_v2,
+            "datums": gradients.datums,
+            "action_tokens": gradients.action_tokens,
+            "forward_backward_sec": gradients.seconds,
+            "optim_step_sec": time.monotonic() - started,
+        }
+    )
     state = await trainer.save_state(f"{batch}-update")
-    await asyncio.to_thread(acknowledge, engine, spec.run_id, batch, state, metrics)
-    return metrics
+    await asyncio.to_thread(acknowledge, engine, spec.run_id, batch, state, learning)
+    return learning
 
 
 def _optimizer_steps(engine: Engine, spec: RunSpec, binding: PolicyBinding, index: int) -> int:
@@ -120,9 +117,9 @@ def _record(
     binding: PolicyBinding,
     sampler_path: str,
     state_path: str,
-    metrics: dict[str, Any],
+    learning: BatchLearning,
 ) -> Checkpoint:
-    stepped = 1 if metrics.get("optimizer_step", True) is not False else 0
+    stepped = 1 if learning.optimizer_step else 0
     checkpoint = record_checkpoint(
         engine,
         Checkpoint(
@@ -146,7 +143,11 @@ def _record(
             "checkpoint": checkpoint.sampler_path,
             "dataset_cursor": checkpoint.dataset_cursor,
             "optimizer_steps": checkpoint.optimizer_steps,
-            **{k: v for k, v in metrics.items() if isinstance(v, int | float | str | dict)},
+            **{
+                name: value
+                for name, value in learning.recorded().items()
+                if isinstance(value, int | float | str | dict)
+            },
         },
     )
     return checkpoint
@@ -158,7 +159,7 @@ async def commit_checkpoint(
     index: int,
     trainer: Trainer,
     binding: PolicyBinding,
-    metrics: dict[str, Any],
+    learning: BatchLearning,
 ) -> Checkpoint:
     existing = await asyncio.to_thread(batch_checkpoint, engine, spec.run_id, index)
     if existing is not None:
@@ -184,5 +185,5 @@ async def commit_checkpoint(
         binding,
         sampler,
         acknowledged.state_path,
-        {**acknowledged.metrics, **metrics},
+        learning,
     )

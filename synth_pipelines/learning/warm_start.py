@@ -19,9 +19,10 @@ from sqlalchemy import Engine
 from tinker_cookbook.supervised.common import datum_from_model_input_weights
 
 from synth_pipelines.config import settings
+from synth_pipelines.contracts.checkpoint import Checkpoint
 from synth_pipelines.contracts.plan import WarmStartPlan
 from synth_pipelines.contracts.run_spec import RunSpec, batch_key
-from synth_pipelines.control.checkpoints import Checkpoint, batch_checkpoint, record_checkpoint
+from synth_pipelines.control.checkpoints import batch_checkpoint, record_checkpoint
 from synth_pipelines.control.events import record_event
 from synth_pipelines.control.run_lifecycle import complete_batch, start_batch
 from synth_pipelines.learning.captured_demonstrations import captured_examples, captured_run

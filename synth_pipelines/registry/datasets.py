@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from sqlalchemy import Engine, Row, insert, select
+from sqlalchemy import Engine, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from synth_pipelines.contracts.dataset import DatasetVersion, TaskRef, dataset_digest
@@ -59,19 +59,6 @@ def discover_task_dirs(directory: Path) -> list[Path]:
     return found
 
 
-def _version(row: Row[Any]) -> DatasetVersion:
-    created = row.created_at if row.created_at.tzinfo else row.created_at.replace(tzinfo=UTC)
-    return DatasetVersion(
-        name=row.name,
-        version=row.version,
-        digest=row.digest,
-        task_count=row.task_count,
-        owner=row.owner,
-        created_at=created,
-        description=row.description or "",
-    )
-
-
 def find_dataset(engine: Engine, name: str, version: str) -> DatasetVersion | None:
     with engine.connect() as conn:
         row = conn.execute(
@@ -79,7 +66,7 @@ def find_dataset(engine: Engine, name: str, version: str) -> DatasetVersion | No
                 dataset_versions.c.name == name, dataset_versions.c.version == version
             )
         ).first()
-    return _version(row) if row else None
+    return DatasetVersion.model_validate(row, from_attributes=True) if row else None
 
 
 def get_dataset(engine: Engine, ref: str) -> DatasetVersion:
@@ -103,7 +90,7 @@ def list_datasets(engine: Engine) -> list[DatasetVersion]:
                 dataset_versions.c.name, dataset_versions.c.created_at
             )
         ).all()
-    return [_version(row) for row in rows]
+    return [DatasetVersion.model_validate(row, from_attributes=True) for row in rows]
 
 
 def publish_dataset(

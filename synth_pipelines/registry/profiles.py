@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -10,6 +9,7 @@ from sqlalchemy import Engine, Row, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from synth_pipelines.contracts.profile import PinnedProfile, ProfileDigestError
+from synth_pipelines.contracts.published_profile import PublishedProfile
 from synth_pipelines.contracts.refs import parse_ref
 from synth_pipelines.control.schema import profile_versions
 
@@ -18,23 +18,13 @@ class ProfileError(ValueError):
     """A profile request that cannot be honored, with the reason for the operator."""
 
 
-@dataclass(frozen=True)
-class PublishedProfile:
-    pinned: PinnedProfile
-    owner: str
-    created_at: datetime
-
-
 def _published(row: Row[Any]) -> PublishedProfile:
-    pinned = PinnedProfile(
-        name=row.name, version=row.version, digest=row.digest, canonical=row.canonical
-    )
+    published = PublishedProfile.model_validate(row, from_attributes=True)
     try:
-        pinned.profile()
+        published.pinned.profile()
     except ProfileDigestError as error:
         raise ProfileError(f"stored profile {row.name}@{row.version} is corrupt: {error}") from None
-    created = row.created_at if row.created_at.tzinfo else row.created_at.replace(tzinfo=UTC)
-    return PublishedProfile(pinned, row.owner, created)
+    return published
 
 
 def _find(engine: Engine, name: str, version: str) -> PublishedProfile | None:

@@ -11,8 +11,9 @@ from sqlalchemy import Engine
 from synth_pipelines.agents.constraints import LaunchConstraintError, check_launch_constraints
 from synth_pipelines.agents.engines import engine_runtime
 from synth_pipelines.contracts.profile import PinnedProfile, Profile
+from synth_pipelines.contracts.published_profile import PublishedProfile
 from synth_pipelines.contracts.validation_errors import describe_validation_error
-from synth_pipelines.registry.profiles import ProfileError, PublishedProfile, register_profile
+from synth_pipelines.registry.profiles import ProfileError, register_profile
 
 
 def check_launchable(profile: Profile) -> None:

@@ -17,6 +17,7 @@ from sqlalchemy import Engine
 
 from synth_pipelines.contracts.plan import Plan
 from synth_pipelines.contracts.profile import PinnedProfile
+from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.contracts.run_spec import DatasetPin, RunRequest
 from synth_pipelines.contracts.validation_errors import describe_validation_error
 from synth_pipelines.control.ownership import (
@@ -24,7 +25,7 @@ from synth_pipelines.control.ownership import (
     UnknownCheckpointError,
     owned_checkpoint,
 )
-from synth_pipelines.control.runs import RunRecord, accept_run
+from synth_pipelines.control.runs import accept_run
 from synth_pipelines.registry.datasets import get_dataset
 from synth_pipelines.registry.profiles import ProfileError, get_profile, register_profile
 from synth_pipelines.runtime.served_models import ModelNotServedError

@@ -1,0 +1,32 @@
+"""A run as the control database holds it: who asked, its pinned spec, where it stands."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+
+from synth_pipelines.contracts.run_spec import RunSpec
+from synth_pipelines.contracts.stored import JsonText, UtcDateTime
+
+TERMINAL = ("succeeded", "failed", "cancelled")
+"""Final states: a run in one of them is never moved again."""
+
+
+class RunRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, from_attributes=True)
+
+    run_id: str
+    owner: str
+    idempotency_key: str
+    request_digest: str
+    kind: str
+    status: str
+    batch_count: int
+    spec: Annotated[RunSpec, JsonText] = Field(validation_alias=AliasChoices("spec", "spec_json"))
+    created_at: UtcDateTime
+    updated_at: UtcDateTime
+
+    @property
+    def finished(self) -> bool:
+        return self.status in TERMINAL
