@@ -44,6 +44,8 @@ class QualifiedAttempt(TableRow):
     exclusion_reason: ExclusionReason | None
     group_exclusion_reason: ExclusionReason | None
 
+    added_columns = ("exclusion_reason", "group_exclusion_reason")
+
 
 class DatumRow(TableRow):
     """One packed learning input, exactly as `trajectory_to_data` built it."""

@@ -13,7 +13,7 @@ import types
 from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Self, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Any, ClassVar, Self, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict
 
@@ -55,6 +55,9 @@ def _arrow_type(annotation: Any) -> tuple[pa.DataType, bool]:
 class TableRow(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    added_columns: ClassVar[tuple[str, ...]] = ()
+    """Nullable columns declared last, after tables of this contract were already stored."""
+
     @classmethod
     def arrow_schema(cls) -> pa.Schema:
         import pyarrow as pa
@@ -75,18 +78,29 @@ class TableRow(BaseModel):
 
     @classmethod
     def check(cls, table: pa.Table) -> pa.Table:
+        """The stored table, refused unless its schema is the declared one, or the declared
+        one without some of its `added_columns` at its end: a table stored before they were
+        added reads with them null (not recorded then), never with a guessed value."""
+        import pyarrow as pa
+
         expected = cls.arrow_schema()
-        if not table.schema.equals(expected, check_metadata=False):
+        added = list(expected)[len(table.schema) :]
+        older = pa.schema(list(expected)[: len(table.schema)])
+        if not (
+            table.schema.equals(older, check_metadata=False)
+            and all(field.name in cls.added_columns and field.nullable for field in added)
+        ):
             raise SchemaMismatchError(
                 f"{cls.__name__} table has schema\n{table.schema}\nbut its contract declares\n"
                 f"{expected}"
             )
+        for field in added:
+            table = table.append_column(field, pa.nulls(table.num_rows, field.type))
         return table
 
     @classmethod
     def from_table(cls, table: pa.Table) -> list[Self]:
-        cls.check(table)
-        return [cls.model_validate(row) for row in table.to_pylist()]
+        return [cls.model_validate(row) for row in cls.check(table).to_pylist()]
 
 
 def table_to_parquet(table: pa.Table) -> bytes:
