@@ -15,9 +15,9 @@ import dagster as dg
 
 from assets.partitions import runs
 from assets.run_tags import run_tags
-from synth_pipelines.config import settings
+from resources.control_database import ControlDatabase
+from synth_pipelines.config import Settings
 from synth_pipelines.control.checkpoints import newest_checkpoint
-from synth_pipelines.control.database import control_engine
 from synth_pipelines.runtime.served_models import ModelNotServedError, served_models
 from synth_pipelines.submission.run_requests import Submission, SubmissionError, submit_run
 
@@ -29,15 +29,19 @@ DEFAULT_PLAN = '{"kind": "eval", "attempts_per_task": 1}'
     target=dg.AssetSelection.keys("run_spec"),
     default_status=dg.DefaultScheduleStatus.STOPPED,
 )
-def nightly_checkpoint_evaluation(context: dg.ScheduleEvaluationContext):
+def nightly_checkpoint_evaluation(
+    context: dg.ScheduleEvaluationContext,
+    control: ControlDatabase,
+    deployment: dg.ResourceParam[Settings],
+):
     dataset = os.environ.get("SYNTH_NIGHTLY_DATASET")
     actor = os.environ.get("SYNTH_NIGHTLY_ACTOR")
     if not dataset or not actor:
         return dg.SkipReason(
             "set SYNTH_NIGHTLY_DATASET and SYNTH_NIGHTLY_ACTOR to evaluate nightly"
         )
-    engine = control_engine()
-    checkpoint = newest_checkpoint(engine, settings().owner)
+    engine = control.engine()
+    checkpoint = newest_checkpoint(engine, deployment.owner)
     if checkpoint is None:
         return dg.SkipReason("no checkpoint has been committed yet")
     night = context.scheduled_execution_time.strftime("%Y-%m-%d")
@@ -51,9 +55,9 @@ def nightly_checkpoint_evaluation(context: dg.ScheduleEvaluationContext):
                 model=checkpoint.sampler_path,
                 kinds=("eval",),
             ),
-            settings().owner,
+            deployment.owner,
             idempotency_key=f"nightly-{night}-{checkpoint.sampler_path}",
-            models=served_models(settings()),
+            models=served_models(deployment),
         )
     except (SubmissionError, ModelNotServedError) as error:
         return dg.SkipReason(f"cannot evaluate {checkpoint.sampler_path}: {error}")

@@ -38,7 +38,6 @@ from harbor.models.task.task import Task
 from harbor.models.trial.paths import TrialPaths
 
 from benchmarks.trivial_tasks import write_task
-from synth_pipelines.config import settings
 from synth_pipelines.sandbox.bwrap import BwrapEnvironment
 from synth_pipelines.sandbox.commands import run_to_completion, spawned
 from synth_pipelines.sandbox.filesystem import ETC_ENTRIES, HOST_SYSTEM_DIRS
@@ -227,7 +226,6 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="sandbox-isolation-") as scratch:
         root = Path(scratch)
         os.environ["SYNTH_DATA_DIR"] = str(root / "state")
-        settings.cache_clear()
         task = write_task(root / "tasks", 0)
         built = time.perf_counter()
         filter_program()

@@ -19,7 +19,9 @@ from harbor.models.trial.result import TrialResult
 
 from synth_pipelines.agents.engines import engine_runtime
 from synth_pipelines.agents.harbor_agent import IMPORT_PATH as PROFILE_AGENT
+from synth_pipelines.agents.platform_access import PlatformAccess
 from synth_pipelines.agents.session import AttemptIdentity
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.dataset import TaskRef
 from synth_pipelines.contracts.outcome_classes import classify
 from synth_pipelines.contracts.plan import ExecutionSettings
@@ -60,21 +62,31 @@ class Actor:
         return cls(pinned, profile, model or profile.model)
 
 
-def environment_config(settings: ExecutionSettings, *profiles: Profile) -> EnvironmentConfig:
-    """The environment of the agent and of the separate verifier alike; locally it binds
-    what the launched engines of these profiles need (read-only) into both."""
+def environment_config(
+    settings: ExecutionSettings, deployment: Settings, *profiles: Profile
+) -> EnvironmentConfig:
+    """The environment of the agent and of the separate verifier alike, on this
+    deployment's host; locally it binds what the launched engines of these profiles need
+    (read-only) into both."""
     choice, overrides = settings.environment, settings.overrides
     kwargs: dict = dict(choice.kwargs)
     if choice.provider == "local":
         location = {"import_path": LOCAL_ENVIRONMENT}
         engines = sorted({profile.engine for profile in profiles if profile.launched})
         found = {
-            mount.target: mount for engine in engines for mount in engine_runtime(engine).mounts()
+            mount.target: mount
+            for engine in engines
+            for mount in engine_runtime(engine).mounts(deployment.claude_code)
         }
         if found:
             kwargs["read_only_binds"] = [mount.as_bind() for mount in found.values()]
     elif choice.provider == "docker":
         location = {"import_path": DOCKER_ENVIRONMENT}
+        kwargs |= {
+            "images_dir": deployment.images_dir,
+            "debian_mirror": deployment.debian_mirror,
+            "project_root": deployment.project_root,
+        }
     elif ":" in choice.provider:
         location = {"import_path": choice.provider}
     else:
@@ -88,7 +100,9 @@ def environment_config(settings: ExecutionSettings, *profiles: Profile) -> Envir
     )
 
 
-def agent_config(actor: Actor, attempt: AttemptContext, settings: ExecutionSettings) -> AgentConfig:
+def agent_config(
+    actor: Actor, attempt: AttemptContext, settings: ExecutionSettings, platform: PlatformAccess
+) -> AgentConfig:
     # The timeout Harbor enforces (the plan's, else the task's), which also bounds the
     # life of the attempt's scoped token.
     timeout = settings.timeouts.agent_sec or Task(attempt.task_dir).config.agent.timeout_sec
@@ -118,6 +132,7 @@ def agent_config(actor: Actor, attempt: AttemptContext, settings: ExecutionSetti
         kwargs={
             "profile": actor.pinned.model_dump(),
             "identity": asdict(identity),
+            "platform": platform,
             "timeout_sec": timeout,
         },
         override_timeout_sec=timeout,
@@ -128,6 +143,7 @@ def verifier_config(
     attempt: AttemptContext,
     settings: ExecutionSettings,
     judge: PinnedProfile | None,
+    platform: PlatformAccess,
     *,
     verify: bool,
 ) -> VerifierConfig:
@@ -150,7 +166,7 @@ def verifier_config(
     )
     return VerifierConfig(
         import_path=JUDGE_VERIFIER,
-        kwargs={"judge": judge.model_dump(), "identity": asdict(identity)},
+        kwargs={"judge": judge.model_dump(), "identity": asdict(identity), "platform": platform},
         override_timeout_sec=timeout,
     )
 
@@ -160,19 +176,21 @@ def trial_config(
     actor: Actor,
     settings: ExecutionSettings,
     trials_dir: Path,
+    deployment: Settings,
     *,
     verify: bool,
     judge: PinnedProfile | None = None,
 ) -> TrialConfig:
+    platform = PlatformAccess.of(deployment)
     return TrialConfig(
         task=TrialTaskConfig(path=attempt.task_dir),
         trial_name=attempt.attempt_id,
         trials_dir=trials_dir,
-        agent=agent_config(actor, attempt, settings),
+        agent=agent_config(actor, attempt, settings, platform),
         environment=environment_config(
-            settings, actor.profile, *([judge.profile()] if judge else [])
+            settings, deployment, actor.profile, *([judge.profile()] if judge else [])
         ),
-        verifier=verifier_config(attempt, settings, judge, verify=verify),
+        verifier=verifier_config(attempt, settings, judge, platform, verify=verify),
     )
 
 
@@ -277,17 +295,21 @@ async def run_attempt(
     settings: ExecutionSettings,
     store: ObjectStore,
     trials_dir: Path,
+    deployment: Settings,
     *,
     verify: bool,
     judge: PinnedProfile | None = None,
 ) -> TrialOutcome:
-    """Run the attempt's trial, retain its record, and discard the local copy."""
+    """Run the attempt's trial on this deployment's host, retain its record, and discard
+    the local copy."""
     trial_dir = trials_dir / attempt.attempt_id
     shutil.rmtree(trial_dir, ignore_errors=True)
     started = time.monotonic()
     try:
         trial = await Trial.create(
-            trial_config(attempt, actor, settings, trials_dir, verify=verify, judge=judge)
+            trial_config(
+                attempt, actor, settings, trials_dir, deployment, verify=verify, judge=judge
+            )
         )
     except Exception as error:
         # The task's environment could not even be prepared (Harbor builds it while

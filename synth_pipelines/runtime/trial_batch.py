@@ -10,6 +10,7 @@ from pathlib import Path
 from harbor.models.task.task import Task
 from sqlalchemy import Engine
 
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.plan import ExecutionSettings
 from synth_pipelines.contracts.run_spec import RunSpec
 from synth_pipelines.contracts.trial import TrialOutcome
@@ -45,20 +46,21 @@ async def run_batch_trials(
     plan: BatchPlan,
     store: ObjectStore,
     engine: Engine,
-    work_dir: Path,
+    deployment: Settings,
     *,
-    pool: WorkerPool,
     model: str | None,
     verify: bool,
     on_outcome: Callable[[TrialOutcome], None] = lambda outcome: None,
     on_group: Callable[[list[TrialOutcome]], Awaitable[None]] | None = None,
 ) -> list[TrialOutcome]:
-    """Run every attempt; `on_group` gets each group's outcomes as soon as all are in,
-    while other groups may still be running."""
+    """Run every attempt on this deployment's host, in its scratch space and within its
+    worker pool; `on_group` gets each group's outcomes as soon as all are in, while other
+    groups may still be running."""
     actor = Actor.of(spec.actor, model)
     settings = spec.plan
+    work_dir = deployment.work_dir
     admission = ResourceAdmission(settings.budget)
-    pool_admission = PoolAdmission(engine, pool)
+    pool_admission = PoolAdmission(engine, WorkerPool.configured(deployment))
     trials_dir = work_dir / "trials" / plan.batch
     task_dirs = {
         group.index: await asyncio.to_thread(
@@ -89,7 +91,14 @@ async def run_batch_trials(
         ):
             try:
                 outcome = await run_attempt(
-                    context, actor, settings, store, trials_dir, verify=verify, judge=spec.judge
+                    context,
+                    actor,
+                    settings,
+                    store,
+                    trials_dir,
+                    deployment,
+                    verify=verify,
+                    judge=spec.judge,
                 )
             except Exception as error:
                 raise AttemptFailedError(attempt_id, group.task.name, error) from error
