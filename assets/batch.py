@@ -312,7 +312,9 @@ def _groups(outcomes: list[TrialOutcome]) -> list[list[TrialOutcome]]:
     return [by_group[index] for index in sorted(by_group)]
 
 
-async def _sample(context, engine, store, deployment, spec: RunSpec, index: int, binding, step):
+async def _sample(
+    context, engine, store, deployment: Settings, spec: RunSpec, index: int, binding, step
+):
     plan = await asyncio.to_thread(plan_batch, engine, spec, index)
     await asyncio.to_thread(start_batch, engine, spec, index, plan.attempt_count)
     context.log.info(
@@ -405,7 +407,9 @@ def assessment_version(rows: list[Assessment]) -> str:
     return digest.hexdigest()
 
 
-async def _assess(context, engine, store, deployment, spec, index, config: BatchConfig, outcomes):
+async def _assess(
+    context, engine, store, deployment: Settings, spec, index, config: BatchConfig, outcomes
+):
     """The verdicts of the trials' own verifiers, or, for a regrade, of the judge run again
     on the retained work (the actor never runs)."""
     if not config.regrade_id:
