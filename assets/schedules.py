@@ -9,8 +9,6 @@ published profile `org/name@version`) and optionally SYNTH_NIGHTLY_PLAN (a plan 
 it is stopped by default: turn it on in the UI.
 """
 
-import os
-
 import dagster as dg
 
 from assets.partitions import runs
@@ -20,8 +18,6 @@ from synth_pipelines.config import Settings
 from synth_pipelines.control.checkpoints import newest_checkpoint
 from synth_pipelines.runtime.served_models import ModelNotServedError, served_models
 from synth_pipelines.submission.run_requests import Submission, SubmissionError, submit_run
-
-DEFAULT_PLAN = '{"kind": "eval", "attempts_per_task": 1}'
 
 
 @dg.schedule(
@@ -34,8 +30,7 @@ def nightly_checkpoint_evaluation(
     control: ControlDatabase,
     deployment: dg.ResourceParam[Settings],
 ):
-    dataset = os.environ.get("SYNTH_NIGHTLY_DATASET")
-    actor = os.environ.get("SYNTH_NIGHTLY_ACTOR")
+    dataset, actor = deployment.nightly_dataset, deployment.nightly_actor
     if not dataset or not actor:
         return dg.SkipReason(
             "set SYNTH_NIGHTLY_DATASET and SYNTH_NIGHTLY_ACTOR to evaluate nightly"
@@ -51,7 +46,7 @@ def nightly_checkpoint_evaluation(
             Submission(
                 dataset=dataset,
                 actor=actor,
-                plan=os.environ.get("SYNTH_NIGHTLY_PLAN", DEFAULT_PLAN),
+                plan=deployment.nightly_plan,
                 model=checkpoint.sampler_path,
                 kinds=("eval",),
             ),

@@ -92,6 +92,18 @@ class Settings(BaseSettings):
     )
     proxy_publish_interval_sec: float = 1.0
     owner: str = "local"
+    nightly_dataset: str | None = Field(
+        default=None,
+        description="The dataset version the nightly schedule evaluates the newest checkpoint "
+        "on (`assets/schedules.py`), e.g. `synth/heldout@v1`.",
+    )
+    nightly_actor: str | None = Field(
+        default=None, description="The published actor profile it evaluates, `org/name@version`."
+    )
+    nightly_plan: str = Field(
+        default='{"kind": "eval", "attempts_per_task": 1}',
+        description="The plan of its evaluations, as JSON.",
+    )
     admission_pool: str = Field(
         default_factory=socket.gethostname,
         description="The worker pool whose budget every attempt is admitted against, "

@@ -120,19 +120,18 @@ def _resolve_if_required(cell: Cell, run_id: str) -> None:
 def _resume(cell: Cell, run_id: str) -> None:
     assert resume_run(control_engine(Settings()), run_id) == 0
     instance = dg.DagsterInstance.get()
-    with dg.build_sensor_context(instance=instance, definitions=definitions(Settings())) as context:
+    defs = definitions(Settings())
+    with dg.build_sensor_context(
+        instance=instance, definitions=defs, resources=defs.resources
+    ) as context:
         gate = batch_gate(context)
     (request,) = [r for r in gate.run_requests if ".resume" in r.run_key]
     assert tuple(key.to_user_string() for key in request.asset_selection) == cell.resumes_at
-    resumed = (
-        definitions(Settings())
-        .resolve_job_def("training_batch")
-        .execute_in_process(
-            partition_key=request.partition_key,
-            instance=instance,
-            asset_selection=request.asset_selection,
-            raise_on_error=False,
-        )
+    resumed = defs.resolve_job_def("training_batch").execute_in_process(
+        partition_key=request.partition_key,
+        instance=instance,
+        asset_selection=request.asset_selection,
+        raise_on_error=False,
     )
     assert resumed.success
 

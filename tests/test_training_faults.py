@@ -43,6 +43,7 @@ PLAN = {
 WORKER = """
 import sys
 from tests.training_runs import run_batch
+from synth_pipelines.config import Settings
 from synth_pipelines.control.runs import get_run
 from synth_pipelines.control.database import control_engine
 run_batch(get_run(control_engine(Settings()), sys.argv[1]), 0)
@@ -114,21 +115,18 @@ def test_killed_update_blocks_until_resolved_then_resumes_without_repeating(
         resolved = resolve(engine, run.run_id, note="the worker died before the acknowledgement")
         assert resolved.status == "discarded"
         assert resume_run(engine, run.run_id) == 0
+        defs = definitions(Settings())
         with dg.build_sensor_context(
-            instance=dg.DagsterInstance.get(), definitions=definitions(Settings())
+            instance=dg.DagsterInstance.get(), definitions=defs, resources=defs.resources
         ) as context:
             gate = batch_gate(context)
         (resume,) = [r for r in gate.run_requests if ".resume" in r.run_key]
         steps = [key.to_user_string() for key in resume.asset_selection]
         assert steps == ["policy_update", "checkpoints"]
-        resumed = (
-            definitions(Settings())
-            .resolve_job_def("training_batch")
-            .execute_in_process(
-                partition_key=resume.partition_key,
-                instance=dg.DagsterInstance.get(),
-                asset_selection=resume.asset_selection,
-            )
+        resumed = defs.resolve_job_def("training_batch").execute_in_process(
+            partition_key=resume.partition_key,
+            instance=dg.DagsterInstance.get(),
+            asset_selection=resume.asset_selection,
         )
         assert resumed.success
         script_one_right_one_wrong(model_url)
