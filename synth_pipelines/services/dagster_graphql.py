@@ -61,9 +61,8 @@ class DagsterWebserver:
 
     @property
     def bearer(self) -> str | None:
-        return (
-            self.token.get_secret_value() if self.token and self.token.get_secret_value() else None
-        )
+        """The token to send, if one is set (an empty one is none)."""
+        return (self.token.get_secret_value() or None) if self.token else None
 
 
 def _refusal(dagster_url: str, response: httpx.Response, token: str | None) -> str:
