@@ -29,7 +29,7 @@ from assets.partitions import batches
 from resources.control_database import ControlDatabase
 from resources.object_store import ObjectStoreResource
 from resources.training import TrainingService
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.assessment import Assessment
 from synth_pipelines.contracts.batch_learning import BatchLearning
 from synth_pipelines.contracts.learning import (
@@ -47,12 +47,10 @@ from synth_pipelines.control.run_lifecycle import complete_batch, start_batch
 from synth_pipelines.control.runs import get_run
 from synth_pipelines.control.table_outputs import load_table
 from synth_pipelines.judging.assessing import Assessor, trial_assessment
-from synth_pipelines.runtime.admission import WorkerPool
 from synth_pipelines.runtime.batch_plan import plan_batch
 from synth_pipelines.runtime.regrade import RegradeRefusedError, regrade_batch
 from synth_pipelines.runtime.results import summarize, summarize_unscored
 from synth_pipelines.runtime.trial_batch import run_batch_trials
-from synth_pipelines.sandbox.options import HostSettings
 
 LEARNING = ("qualified_groups", "datums", "policy_update", "checkpoints")
 """A training batch's learning assets, in the order the step produces them."""
@@ -159,6 +157,7 @@ async def batch(
     control: ControlDatabase,
     objects: ObjectStoreResource,
     training: TrainingService,
+    deployment: dg.ResourceParam[Settings],
 ):
     engine, store = control.engine(), objects.store()
     run_id, index = parse_batch_key(context.partition_key)
@@ -181,7 +180,7 @@ async def batch(
         )
     started = time.monotonic()
     if "trials" in selected:
-        outcomes = await _sample(context, engine, store, spec, index, binding, step)
+        outcomes = await _sample(context, engine, store, deployment, spec, index, binding, step)
         yield dg.Output(
             TrialOutcome.to_table(outcomes),
             output_name="trials",
@@ -193,13 +192,15 @@ async def batch(
         )
     sampling_sec = time.monotonic() - started
     if "assessments" in selected:
-        rows = await _assess(context, engine, store, spec, index, config, outcomes)
+        rows = await _assess(context, engine, store, deployment, spec, index, config, outcomes)
         yield dg.Output(
             Assessment.to_table(rows),
             output_name="assessments",
             metadata={
                 **_assessment_metadata(rows, config.regrade_id),
-                **judge_metadata(assessing_judge(spec, config.regrade_id, config.judge)),
+                **judge_metadata(
+                    assessing_judge(spec, config.regrade_id, config.judge), deployment
+                ),
             },
             data_version=dg.DataVersion(assessment_version(rows)),
         )
@@ -312,7 +313,9 @@ def _groups(outcomes: list[TrialOutcome]) -> list[list[TrialOutcome]]:
     return [by_group[index] for index in sorted(by_group)]
 
 
-async def _sample(context, engine, store, spec: RunSpec, index: int, binding, step):
+async def _sample(
+    context, engine, store, deployment: Settings, spec: RunSpec, index: int, binding, step
+):
     plan = await asyncio.to_thread(plan_batch, engine, spec, index)
     await asyncio.to_thread(start_batch, engine, spec, index, plan.attempt_count)
     context.log.info(
@@ -351,9 +354,7 @@ async def _sample(context, engine, store, spec: RunSpec, index: int, binding, st
         plan,
         store,
         engine,
-        settings().work_dir,
-        pool=WorkerPool.configured(settings()),
-        host=HostSettings.model_validate(settings(), from_attributes=True),
+        deployment,
         model=binding.sampler or None,
         verify=spec.kind in ("eval", "train"),
         on_outcome=progress,
@@ -407,7 +408,9 @@ def assessment_version(rows: list[Assessment]) -> str:
     return digest.hexdigest()
 
 
-async def _assess(context, engine, store, spec, index, config: BatchConfig, outcomes):
+async def _assess(
+    context, engine, store, deployment: Settings, spec, index, config: BatchConfig, outcomes
+):
     """The verdicts of the trials' own verifiers, or, for a regrade, of the judge run again
     on the retained work (the actor never runs)."""
     if not config.regrade_id:
@@ -425,9 +428,7 @@ async def _assess(context, engine, store, spec, index, config: BatchConfig, outc
             outcomes,
             judge,
             config.regrade_id,
-            settings().work_dir,
-            pool=WorkerPool.configured(settings()),
-            host=HostSettings.model_validate(settings(), from_attributes=True),
+            deployment,
         )
     except RegradeRefusedError as error:
         raise dg.Failure(description=str(error)) from None

@@ -4,7 +4,7 @@ training backend serves."""
 
 from __future__ import annotations
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.api_errors import ApiError
 from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.contracts.run_spec import RunSpec
@@ -19,21 +19,21 @@ def assessing_judge(spec: RunSpec, regrade_id: str, regrade_judge: str) -> Pinne
     return spec.judge
 
 
-def judge_route(model: str) -> str:
+def judge_route(model: str, deployment: Settings) -> str:
     """`tinker`, or an inference-only route as captured calls name it
-    (`openai_chat:MODEL@URL`)."""
+    (`openai_chat:MODEL@URL`), as the deployment's model registry serves it."""
     if model.startswith("tinker://"):
         return "tinker"
     try:
-        backend = configured_registry(settings()).get(model).backend
+        backend = configured_registry(deployment).get(model).backend
     except ApiError:
         return "not served"
     return "tinker" if isinstance(backend, TinkerRoute) else backend.sampler
 
 
-def judge_metadata(judge: PinnedProfile | None) -> dict[str, str]:
+def judge_metadata(judge: PinnedProfile | None, deployment: Settings) -> dict[str, str]:
     """`judge_model` and `judge_route`; nothing for the tasks' own verifiers."""
     if judge is None:
         return {}
     model = judge.profile().model or ""
-    return {"judge_model": model, "judge_route": judge_route(model)}
+    return {"judge_model": model, "judge_route": judge_route(model, deployment)}

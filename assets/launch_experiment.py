@@ -10,7 +10,7 @@ from pydantic import Field
 
 from assets.run_tags import run_tags
 from resources.control_database import ControlDatabase
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.control.runs import IdempotencyConflictError
 from synth_pipelines.registry.datasets import DatasetError
 from synth_pipelines.runtime.served_models import ModelNotServedError, served_models
@@ -47,7 +47,10 @@ class ExperimentConfig(dg.Config):
 
 @dg.op(out=dg.Out(str, description="The accepted run's id."))
 def accepted_run(
-    context: dg.OpExecutionContext, config: ExperimentConfig, control: ControlDatabase
+    context: dg.OpExecutionContext,
+    config: ExperimentConfig,
+    control: ControlDatabase,
+    deployment: dg.ResourceParam[Settings],
 ) -> dg.Output[str]:
     empty = [name for name, value in config.model_dump().items() if value == ""]
     if empty:
@@ -56,7 +59,6 @@ def accepted_run(
             "leave out the optional fields (model, judge, idempotency_key)",
             allow_retries=False,
         )
-    project = settings()
     submission = Submission(
         dataset=config.dataset,
         actor=config.actor,
@@ -68,10 +70,10 @@ def accepted_run(
         run, created = submit_run(
             control.engine(),
             submission,
-            project.owner,
+            deployment.owner,
             config.idempotency_key,
-            base_dir=project.project_root,
-            models=served_models(project),
+            base_dir=deployment.project_root,
+            models=served_models(deployment),
         )
     except (SubmissionError, DatasetError, IdempotencyConflictError, ModelNotServedError) as error:
         raise dg.Failure(description=str(error), allow_retries=False) from None

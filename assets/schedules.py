@@ -9,19 +9,15 @@ published profile `org/name@version`) and optionally SYNTH_NIGHTLY_PLAN (a plan 
 it is stopped by default: turn it on in the UI.
 """
 
-import os
-
 import dagster as dg
 
 from assets.partitions import runs
 from assets.run_tags import run_tags
-from synth_pipelines.config import settings
+from resources.control_database import ControlDatabase
+from synth_pipelines.config import Settings
 from synth_pipelines.control.checkpoints import newest_checkpoint
-from synth_pipelines.control.database import control_engine
 from synth_pipelines.runtime.served_models import ModelNotServedError, served_models
 from synth_pipelines.submission.run_requests import Submission, SubmissionError, submit_run
-
-DEFAULT_PLAN = '{"kind": "eval", "attempts_per_task": 1}'
 
 
 @dg.schedule(
@@ -29,15 +25,18 @@ DEFAULT_PLAN = '{"kind": "eval", "attempts_per_task": 1}'
     target=dg.AssetSelection.keys("run_spec"),
     default_status=dg.DefaultScheduleStatus.STOPPED,
 )
-def nightly_checkpoint_evaluation(context: dg.ScheduleEvaluationContext):
-    dataset = os.environ.get("SYNTH_NIGHTLY_DATASET")
-    actor = os.environ.get("SYNTH_NIGHTLY_ACTOR")
+def nightly_checkpoint_evaluation(
+    context: dg.ScheduleEvaluationContext,
+    control: ControlDatabase,
+    deployment: dg.ResourceParam[Settings],
+):
+    dataset, actor = deployment.nightly_dataset, deployment.nightly_actor
     if not dataset or not actor:
         return dg.SkipReason(
             "set SYNTH_NIGHTLY_DATASET and SYNTH_NIGHTLY_ACTOR to evaluate nightly"
         )
-    engine = control_engine()
-    checkpoint = newest_checkpoint(engine, settings().owner)
+    engine = control.engine()
+    checkpoint = newest_checkpoint(engine, deployment.owner)
     if checkpoint is None:
         return dg.SkipReason("no checkpoint has been committed yet")
     night = context.scheduled_execution_time.strftime("%Y-%m-%d")
@@ -47,13 +46,13 @@ def nightly_checkpoint_evaluation(context: dg.ScheduleEvaluationContext):
             Submission(
                 dataset=dataset,
                 actor=actor,
-                plan=os.environ.get("SYNTH_NIGHTLY_PLAN", DEFAULT_PLAN),
+                plan=deployment.nightly_plan,
                 model=checkpoint.sampler_path,
                 kinds=("eval",),
             ),
-            settings().owner,
+            deployment.owner,
             idempotency_key=f"nightly-{night}-{checkpoint.sampler_path}",
-            models=served_models(settings()),
+            models=served_models(deployment),
         )
     except (SubmissionError, ModelNotServedError) as error:
         return dg.SkipReason(f"cannot evaluate {checkpoint.sampler_path}: {error}")

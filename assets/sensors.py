@@ -16,8 +16,8 @@ import dagster as dg
 from assets.jobs import BATCH_ASSETS, BATCH_JOBS, TERMINAL_ASSETS, pin_run_spec, warm_start_job
 from assets.partitions import batches, runs
 from assets.run_tags import run_tags
+from resources.control_database import ControlDatabase
 from synth_pipelines.contracts.run_spec import batch_key, parse_batch_key
-from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import RunEvent, read_events
 from synth_pipelines.control.run_lifecycle import interrupt_run
 from synth_pipelines.control.runs import RunRecord, get_run
@@ -87,9 +87,9 @@ def _resume(context: dg.SensorEvaluationContext, event: RunEvent, run: RunRecord
     minimum_interval_seconds=2,
     default_status=dg.DefaultSensorStatus.RUNNING,
 )
-def batch_gate(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+def batch_gate(context: dg.SensorEvaluationContext, control: ControlDatabase) -> dg.SensorResult:
     cursor = GateCursor.parse(context.cursor)
-    engine = control_engine()
+    engine = control.engine()
     requests: list[dg.RunRequest] = []
     new_runs: list[str] = []
     new_batches: list[str] = []
@@ -161,7 +161,7 @@ def batch_gate(context: dg.SensorEvaluationContext) -> dg.SensorResult:
     monitored_jobs=[warm_start_job, *BATCH_JOBS.values()],
     default_status=dg.DefaultSensorStatus.RUNNING,
 )
-def batch_failure(context: dg.RunFailureSensorContext) -> None:
+def batch_failure(context: dg.RunFailureSensorContext, control: ControlDatabase) -> None:
     run_id = context.dagster_run.tags.get("synth/run")
     if run_id:
         causes = [
@@ -170,7 +170,7 @@ def batch_failure(context: dg.RunFailureSensorContext) -> None:
             if event.step_failure_data.error is not None
         ]
         interrupt_run(
-            control_engine(),
+            control.engine(),
             run_id,
             "a batch failed",
             {

@@ -12,6 +12,7 @@ from assets.run_spec import run_spec
 from resources.control_database import ControlDatabase
 from resources.object_store import ObjectStoreResource
 from resources.training import TrainingService
+from synth_pipelines.config import Settings
 from synth_pipelines.control.runs import get_run
 
 
@@ -28,6 +29,7 @@ def warm_start(
     control: ControlDatabase,
     objects: ObjectStoreResource,
     training: TrainingService,
+    deployment: dg.ResourceParam[Settings],
 ) -> dg.MaterializeResult:
     from synth_pipelines.learning.demonstrations import DemonstrationError
     from synth_pipelines.learning.warm_start import warm_start as run_warm_start
@@ -40,7 +42,9 @@ def warm_start(
             context.log.info(f"warm start step {step}/{spec.plan.steps}: loss/token {loss:.4f}")
 
     try:
-        result = run_warm_start(control.engine(), store, training.service(), spec, progress)
+        result = run_warm_start(
+            control.engine(), store, training.service(), spec, deployment, progress
+        )
     except DemonstrationError as error:
         raise dg.Failure(description=str(error)) from None
     trained: dict = {}

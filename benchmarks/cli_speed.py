@@ -25,7 +25,7 @@ from pathlib import Path
 from sqlalchemy import Engine
 
 from benchmarks.trivial_tasks import task_name, write_task
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.assessment import Assessment
 from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.contracts.run_spec import DatasetPin, RunRequest, batch_key
@@ -53,12 +53,12 @@ def _record_run(work: Path, batches: int, attempts: int) -> str:
     attempts each."""
     for index in range(batches):
         write_task(work / "dataset", index)
-    engine, store = control_engine(), open_object_store(settings().objects_url)
-    publish_dataset(engine, store, work / "dataset", "bench/lines", "v1", settings().owner)
+    engine, store = control_engine(Settings()), open_object_store(Settings().objects_url)
+    publish_dataset(engine, store, work / "dataset", "bench/lines", "v1", Settings().owner)
     dataset = get_dataset(engine, "bench/lines@v1")
     profile = json.loads((PROJECT_ROOT / "profiles" / "oracle.json").read_text())
     request = RunRequest(
-        owner=settings().owner,
+        owner=Settings().owner,
         dataset=DatasetPin(
             name=dataset.name,
             version=dataset.version,
@@ -209,7 +209,9 @@ def _percentile(values: list[float], share: float) -> float:
 
 def _finish_a_batch_again(run_id: str) -> None:
     """What a batch finishing does to `run show`'s inputs: its tally stored anew."""
-    tally_batch(control_engine(), open_object_store(settings().objects_url), batch_key(run_id, 0))
+    tally_batch(
+        control_engine(Settings()), open_object_store(Settings().objects_url), batch_key(run_id, 0)
+    )
 
 
 def _measure(trees: dict[str, Path], run_id: str, reps: int) -> dict[str, dict]:

@@ -36,13 +36,13 @@ from harbor.models.task.config import NetworkPolicy
 from harbor.models.task.task import Task
 from harbor.models.trial.paths import TrialPaths
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.runtime.docker_environment import OfflineDockerEnvironment, base_references
 from synth_pipelines.sandbox.bases import BaseImages, resolve_base
 from synth_pipelines.sandbox.bwrap import BwrapEnvironment
 from synth_pipelines.sandbox.layers import LayerStore
 from synth_pipelines.sandbox.options import HostSettings
-from synth_pipelines.services.dockerd import DockerDaemon, daemon
+from synth_pipelines.services.dockerd import DockerDaemon
 
 TASKS = Path(__file__).resolve().parent.parent / "datasets" / "repos"
 KINDS = {"bwrap": BwrapEnvironment, "docker": OfflineDockerEnvironment}
@@ -54,8 +54,17 @@ def environment(kind: str, task: Path, trial_dir: Path) -> BaseEnvironment:
     config = Task(task).config.environment
     paths = TrialPaths(trial_dir)
     paths.mkdir()
-    # The bwrap environment is given this host's places; the docker one reads its own.
-    host = HostSettings.model_validate(settings(), from_attributes=True)
+    # Each environment is given this host's places and image settings.
+    host = Settings()
+    on_host = (
+        {
+            "images_dir": host.images_dir,
+            "project_root": host.project_root,
+            "debian_mirror": host.debian_mirror,
+        }
+        if kind == "docker"
+        else HostSettings.model_validate(host, from_attributes=True).model_dump()
+    )
     return KINDS[kind](
         environment_dir=task / "environment",
         environment_name=task.name,
@@ -65,7 +74,7 @@ def environment(kind: str, task: Path, trial_dir: Path) -> BaseEnvironment:
         network_policy=NetworkPolicy(
             network_mode=config.network_mode, allowed_hosts=config.allowed_hosts or []
         ),
-        **(host.model_dump() if kind == "bwrap" else {}),
+        **on_host,
     )
 
 
@@ -74,14 +83,13 @@ async def base_tarball(task: Path) -> Path:
     (made there once with mmdebstrap if it is not)."""
     (reference,) = base_references(task / "environment" / "Dockerfile")
     base = resolve_base(reference, task=task.name)
-    images_dir = settings().images_dir
-    images = BaseImages(images_dir, LayerStore(images_dir / "layers"), settings().debian_mirror)
+    images_dir = Settings().images_dir
+    images = BaseImages(images_dir, LayerStore(images_dir / "layers"), Settings().debian_mirror)
     return await images.tarball(base)
 
 
 def use_cache(images_dir: Path) -> None:
     os.environ["SYNTH_IMAGE_CACHE_DIR"] = str(images_dir)
-    settings.cache_clear()
 
 
 def empty_cache(images_dir: Path, tarball: Path) -> None:
@@ -114,7 +122,9 @@ async def measure(task: Path, scratch: Path, tarball: Path) -> dict[str, float]:
         images_dir = scratch / f"{kind}-{task.name[:12]}"
         empty_cache(images_dir, tarball)
         use_cache(images_dir)
-        docker: DockerDaemon | None = daemon() if kind == "docker" else None
+        docker: DockerDaemon | None = (
+            DockerDaemon.of(images_dir, Settings().project_root) if kind == "docker" else None
+        )
         try:
             if docker is not None:
                 started = time.perf_counter()
@@ -178,7 +188,6 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="environment-start-") as directory:
         scratch = Path(directory)
         os.environ["SYNTH_DATA_DIR"] = str(scratch / "state")
-        settings.cache_clear()
         results = asyncio.run(measure_all(tasks, scratch))
     if args.json:
         print(json.dumps(results, indent=2))

@@ -28,6 +28,7 @@ from tinker_cookbook.completers import TokensWithLogprobs
 from tinker_cookbook.rl.data_processing import trajectory_to_data
 from tinker_cookbook.rl.types import Trajectory, Transition
 
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.profile import Profile
 from synth_pipelines.learning.demonstrations import (
     demonstration_turns,
@@ -115,7 +116,7 @@ def main() -> None:
     train = [(first_prompt(d), w) for d, w in _tasks("train")]
     heldout = [(first_prompt(d), w) for d, w in _tasks("heldout")]
     started = time.monotonic()
-    with serving(create_app(QWEN3_LEARNER)) as url:
+    with serving(create_app(QWEN3_LEARNER, object_store_url=Settings().objects_url)) as url:
         service = tinker.ServiceClient(base_url=url, api_key="tml-synth-local")
         client = service.create_lora_training_client(
             base_model=QWEN3_LEARNER, rank=args.rank, seed=args.seed

@@ -32,7 +32,7 @@ from pathlib import Path
 from benchmarks.platform_services import Platform, start_platform, tear_down
 from benchmarks.process_cpu import tree_cpu_sec
 from benchmarks.trivial_tasks import write_dataset
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.assessment import Assessment
 from synth_pipelines.contracts.plan import EvalPlan
 from synth_pipelines.contracts.profile import PinnedProfile
@@ -101,7 +101,7 @@ class Measured:
 
 
 def _profile(name: str, extra_args: list[str]) -> PinnedProfile:
-    document = json.loads((settings().project_root / "profiles" / name).read_text())
+    document = json.loads((Settings().project_root / "profiles" / name).read_text())
     if extra_args:
         document = {**document, "version": "bench", "args": [*document["args"], *extra_args]}
     return PinnedProfile.from_document(document)
@@ -110,9 +110,9 @@ def _profile(name: str, extra_args: list[str]) -> PinnedProfile:
 def _evaluate(platform: Platform, dataset: DatasetPin, harness: str, concurrency: int) -> Measured:
     profile_file, extra_args, tool = HARNESSES[harness]
     platform.set_script(script(tool, dataset.task_count))
-    engine = control_engine()
+    engine = control_engine(Settings())
     request = RunRequest(
-        owner=settings().owner,
+        owner=Settings().owner,
         dataset=dataset,
         actor=_profile(profile_file, extra_args),
         plan=EvalPlan(
@@ -140,7 +140,7 @@ def _evaluate(platform: Platform, dataset: DatasetPin, harness: str, concurrency
     record = get_run(engine, run.run_id)
     if record.status != "succeeded":
         raise RuntimeError(f"{harness}: run {run.run_id} {record.status}")
-    store = open_object_store(settings().objects_url)
+    store = open_object_store(Settings().objects_url)
     assessments = Assessment.from_table(
         load_table(engine, store, "assessments", batch_key(run.run_id, 0))
     )
@@ -198,9 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         tasks = write_dataset(root / "tasks", args.tasks)
         platform = start_platform(root)
-        engine, store = control_engine(), open_object_store(settings().objects_url)
+        engine, store = control_engine(Settings()), open_object_store(Settings().objects_url)
         published, _ = publish_dataset(
-            engine, store, tasks, "bench/trivial", "v1", settings().owner
+            engine, store, tasks, "bench/trivial", "v1", Settings().owner
         )
         dataset = DatasetPin(
             name=published.name,

@@ -16,7 +16,7 @@ import dagster as dg
 import httpx
 
 from benchmarks.proxy_processes import free_port
-from synth_pipelines.config import Settings, settings
+from synth_pipelines.config import Settings
 from synth_pipelines.control.database import engine_for
 from synth_pipelines.sandbox.leases import reclaim_orphans
 from synth_pipelines.sandbox.limits import detect_hierarchy
@@ -28,7 +28,7 @@ def platform_environment(root: Path) -> dict[str, str]:
     """Settings for a platform whose state lives under `root`, its services on free ports."""
     home = root / "dagster_home"
     home.mkdir(parents=True, exist_ok=True)
-    project = settings().project_root
+    project = Settings().project_root
     shutil.copy(project / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
     return {
         "SYNTH_DATA_DIR": str(root / "state"),
@@ -74,9 +74,8 @@ class Platform:
 def start_platform(root: Path) -> Platform:
     """Point this process's settings at a new platform under `root` and start it."""
     os.environ.update(platform_environment(root))
-    settings.cache_clear()
     engine_for.cache_clear()
-    config = settings()
+    config = Settings()
     # A fresh Dagster home's SQLite storage is created by whichever process opens it first;
     # the daemon and webserver starting together can both stamp its schema (two alembic
     # heads), after which no process loads the code location. Create it here, once.
@@ -110,7 +109,7 @@ def tear_down(platform: Platform | None, root: Path, *, keep: bool) -> None:
     if platform is not None:
         platform.stop()
     # Run workers stopped mid-batch leave their sandboxes' filesystems mounted.
-    reclaim_orphans(settings().sandboxes_dir, detect_hierarchy())
+    reclaim_orphans(Settings().sandboxes_dir, detect_hierarchy())
     if keep:
         print(f"kept {root}")
     else:

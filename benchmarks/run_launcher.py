@@ -26,10 +26,10 @@ from pathlib import Path
 
 import dagster as dg
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.runs import get_run
-from synth_pipelines.services.dockerd import daemon
+from synth_pipelines.services.dockerd import DockerDaemon
 from synth_pipelines.services.project_image import build_project_image
 from tests.production_services import (
     PostgresServer,
@@ -61,10 +61,10 @@ def _measure(deployment: ProductionDeployment, batches: int) -> dict:
         assert accepted.returncode == 0, accepted.stderr
         run_id = json.loads(accepted.stdout)["run_id"]
         submitted = time.monotonic()
-        while get_run(control_engine(), run_id).status in ("accepted", "running"):
+        while get_run(control_engine(Settings()), run_id).status in ("accepted", "running"):
             time.sleep(0.5)
         run_wall = time.monotonic() - submitted
-        assert get_run(control_engine(), run_id).status == "succeeded", run_id
+        assert get_run(control_engine(Settings()), run_id).status == "succeeded", run_id
         launch, wall = [], []
         with dg.DagsterInstance.get() as instance:
             deadline = time.monotonic() + 60
@@ -103,10 +103,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batches", type=int, default=4)
     args = parser.parse_args()
-    engine = daemon()
+    config = Settings()
+    engine = DockerDaemon.of(config.images_dir, config.project_root)
     engine.ensure()
     started = time.monotonic()
-    config = settings()
     image = build_project_image(
         engine,
         progress=lambda line: print(f"  {line}", flush=True),

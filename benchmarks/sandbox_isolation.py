@@ -38,7 +38,7 @@ from harbor.models.task.task import Task
 from harbor.models.trial.paths import TrialPaths
 
 from benchmarks.trivial_tasks import write_task
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.sandbox.bwrap import BwrapEnvironment
 from synth_pipelines.sandbox.commands import run_to_completion, spawned
 from synth_pipelines.sandbox.filesystem import ETC_ENTRIES, HOST_SYSTEM_DIRS
@@ -161,7 +161,7 @@ def environment(task: Path, trial_dir: Path) -> BwrapEnvironment:
         trial_paths=paths,
         task_env_config=Task(task).config.environment,
         network_policy=NetworkPolicy(network_mode=NetworkMode.NO_NETWORK),
-        **HostSettings.model_validate(settings(), from_attributes=True).model_dump(),
+        **HostSettings.model_validate(Settings(), from_attributes=True).model_dump(),
     )
 
 
@@ -229,7 +229,6 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="sandbox-isolation-") as scratch:
         root = Path(scratch)
         os.environ["SYNTH_DATA_DIR"] = str(root / "state")
-        settings.cache_clear()
         task = write_task(root / "tasks", 0)
         built = time.perf_counter()
         filter_program()

@@ -51,7 +51,7 @@ from benchmarks.process_memory import MemoryWatch
 from benchmarks.proxy import percentile
 from benchmarks.scale_floor import Throughput, bare_trials
 from benchmarks.trivial_tasks import write_dataset
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.plan import EvalPlan
 from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.contracts.run_spec import DatasetPin, RunRequest
@@ -81,17 +81,17 @@ STALL_SEC = 600.0
 
 
 def profile(name: str) -> PinnedProfile:
-    document = json.loads((settings().project_root / "profiles" / name).read_text())
+    document = json.loads((Settings().project_root / "profiles" / name).read_text())
     return PinnedProfile.from_document(document)
 
 
 def accept_evaluation(
     tasks: Path, attempts_per_task: int, tasks_per_batch: int, concurrency: int
 ) -> RunRecord:
-    engine, store = control_engine(), open_object_store(settings().objects_url)
-    dataset, _ = publish_dataset(engine, store, tasks, "scale/trivial", "v1", settings().owner)
+    engine, store = control_engine(Settings()), open_object_store(Settings().objects_url)
+    dataset, _ = publish_dataset(engine, store, tasks, "scale/trivial", "v1", Settings().owner)
     request = RunRequest(
-        owner=settings().owner,
+        owner=Settings().owner,
         dataset=DatasetPin(
             name=dataset.name,
             version=dataset.version,
@@ -115,7 +115,7 @@ def accept_evaluation(
 
 
 def finished_attempts(run_id: str) -> int:
-    with control_engine().connect() as conn:
+    with control_engine(Settings()).connect() as conn:
         return conn.execute(
             select(func.count())
             .select_from(run_events)
@@ -125,7 +125,7 @@ def finished_attempts(run_id: str) -> int:
 
 def failed_attempts(run_id: str, attempts: int) -> list[dict]:
     events = read_events(
-        control_engine(), run_id=run_id, kinds=("attempt.finished",), limit=attempts + 1
+        control_engine(Settings()), run_id=run_id, kinds=("attempt.finished",), limit=attempts + 1
     )
     return [event.data for event in events if event.data["status"] != "completed"]
 
@@ -219,7 +219,7 @@ def watch(platform: Platform, run: RunRecord, marks: list[int]) -> Progress:
             peaks = ", ".join(f"{role} {_mib(kib)}" for role, kib in sorted(mark.peaks_kib.items()))
             print(f"  {finished} attempts after {mark.elapsed_sec:.0f} s; peak RSS MiB: {peaks}")
             print(f"  {_probes(progress)}", flush=True)
-        if get_run(control_engine(), run.run_id).finished:
+        if get_run(control_engine(Settings()), run.run_id).finished:
             break
         if now - last_probe >= PROBE_SEC:
             shown_ms, failure = time_run_show(run.run_id)
@@ -271,7 +271,7 @@ def flush_evidence(platform: Platform) -> None:
 def published_evidence(platform: Platform, run_id: str) -> Evidence:
     flush_evidence(platform)
     store = open_object_store(platform.config.objects_url)
-    with control_engine().connect() as conn:
+    with control_engine(Settings()).connect() as conn:
         rows = conn.execute(
             select(evidence_calls.c.attempt_id).where(evidence_calls.c.run_id == run_id)
         ).all()
@@ -363,9 +363,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"state and logs in {root}", flush=True)
         tasks = write_dataset(root / "tasks", task_count)
         os.environ.update(platform_environment(root))
-        settings.cache_clear()
         floor_dirs = sorted(tasks.iterdir())[: args.floor_trials]
-        host = HostSettings.model_validate(settings(), from_attributes=True)
+        host = HostSettings.model_validate(Settings(), from_attributes=True)
         floor = bare_trials(floor_dirs, root / "bare-trials", args.concurrency, host)
         print(f"bare Harbor floor: {floor.per_hour:.0f} trials/hour", flush=True)
         platform = start_platform(root)
@@ -375,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"run {run.run_id}: {attempts} attempts in {run.batch_count} batches", flush=True)
         progress = watch(platform, run, marks)
-        status = get_run(control_engine(), run.run_id).status
+        status = get_run(control_engine(Settings()), run.run_id).status
         failed = failed_attempts(run.run_id, attempts)
         evidence = published_evidence(platform, run.run_id)
     finally:

@@ -28,7 +28,7 @@ from pathlib import Path
 import tinker
 from transformers import AutoTokenizer
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.plan import WarmStartPlan
 from synth_pipelines.control.database import engine_for
 from synth_pipelines.learning.captured_demonstrations import CapturedExample, captured_examples
@@ -111,7 +111,7 @@ def main() -> None:
     parser.add_argument("--probe-every", type=int, default=16)
     args = parser.parse_args()
     keep_freed_memory()  # as `synth model serve` does
-    config = settings()
+    config = Settings()
     per_attempt = captured_examples(
         engine_for(config.control_database_url),
         open_object_store(config.objects_url),

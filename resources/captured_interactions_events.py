@@ -7,6 +7,7 @@ gives it this reporter (`ProxyConfig.report_published`).
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from synth_pipelines.contracts.evidence_chunk import EvidenceChunk
@@ -28,7 +29,8 @@ class DagsterReporter:
     Dagster is imported on the first report, so the proxy starts without it (about 0.8 s).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, dagster_home: Path) -> None:
+        self._home = dagster_home
         self._instance: DagsterInstance | None = None
         self._batches: set[str] = set()
 
@@ -65,7 +67,7 @@ class DagsterReporter:
         if self._instance is None:
             from resources.dagster_instance import dagster_instance
 
-            self._instance = dagster_instance()
+            self._instance = dagster_instance(self._home)
         return self._instance
 
     def close(self) -> None:

@@ -3,12 +3,11 @@
 import dagster as dg
 from sqlalchemy import Engine
 
-from synth_pipelines.config import settings
 from synth_pipelines.control.database import engine_for
 
 
 class ControlDatabase(dg.ConfigurableResource):
-    url: str | None = None
+    url: str
 
     def engine(self) -> Engine:
-        return engine_for(self.url or settings().control_database_url)
+        return engine_for(self.url)

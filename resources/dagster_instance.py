@@ -5,10 +5,10 @@ runs to stop)."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import dagster as dg
 
-from synth_pipelines.config import settings
 from synth_pipelines.contracts.dataset import DatasetVersion
 from synth_pipelines.storage.objectstore import ObjectRef
 
@@ -20,15 +20,17 @@ def create_dagster_storage(home: str) -> None:
     dg.DagsterInstance.from_config(home).dispose()
 
 
-def dagster_instance() -> dg.DagsterInstance:
-    home = settings().dagster_home
+def dagster_instance(home: Path) -> dg.DagsterInstance:
+    """The instance whose home is `home` (`Settings.dagster_home`)."""
     home.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("DAGSTER_HOME", str(home))
     return dg.DagsterInstance.get()
 
 
-def report_dataset_published(dataset: DatasetVersion, table: ObjectRef, table_uri: str) -> None:
-    instance = dagster_instance()
+def report_dataset_published(
+    home: Path, dataset: DatasetVersion, table: ObjectRef, table_uri: str
+) -> None:
+    instance = dagster_instance(home)
     if not instance.has_dynamic_partition("dataset_versions", dataset.ref):
         instance.add_dynamic_partitions("dataset_versions", [dataset.ref])
     instance.report_runless_asset_event(
@@ -51,9 +53,9 @@ def report_dataset_published(dataset: DatasetVersion, table: ObjectRef, table_ur
     )
 
 
-def terminate_batch_runs(run_id: str) -> list[str]:
+def terminate_batch_runs(home: Path, run_id: str) -> list[str]:
     """Terminate the queued or running Dagster runs of a synth run's batches."""
-    instance = dagster_instance()
+    instance = dagster_instance(home)
     active = instance.get_runs(
         filters=dg.RunsFilter(
             tags={"synth/run": run_id},

@@ -2,16 +2,12 @@
 
 import dagster as dg
 
-from synth_pipelines.config import settings
 from synth_pipelines.storage.objectstore import ObjectStore, open_object_store
 
 
 class ObjectStoreResource(dg.ConfigurableResource):
-    url: str | None = None
+    url: str
     endpoint_url: str | None = None
 
     def store(self) -> ObjectStore:
-        config = settings()
-        return open_object_store(
-            self.url or config.objects_url, endpoint_url=self.endpoint_url or config.s3_endpoint_url
-        )
+        return open_object_store(self.url, endpoint_url=self.endpoint_url)

@@ -10,12 +10,10 @@ from typing import Any
 import dagster as dg
 from pydantic import PrivateAttr
 
-from synth_pipelines.config import settings
-
 
 class TrainingService(dg.ConfigurableResource):
-    base_url: str | None = None
-    api_key: str | None = None
+    base_url: str
+    api_key: str
     _service: Any = PrivateAttr(default=None)
 
     def service(self):
@@ -23,7 +21,7 @@ class TrainingService(dg.ConfigurableResource):
 
         if self._service is None:
             self._service = tinker.ServiceClient(
-                base_url=self.base_url or settings().model_backend_url,
-                api_key=self.api_key or settings().tinker_api_key,
+                base_url=self.base_url,
+                api_key=self.api_key,
             )
         return self._service

@@ -1,9 +1,13 @@
-"""Where the platform keeps its state, read once from the environment.
+"""Where the platform keeps its state, read from the environment at each process's edge.
 
 Every process (CLI, Dagster run workers, proxy, model service) resolves the same
 settings from the same variables, so a command run in another terminal sees the
 state the daemon wrote. Defaults place everything under the project checkout so that
 the embedded default needs no configuration at all.
+
+A process reads them once, where it starts (`settings()`), and passes them down as
+values: nothing below that edge reads the environment, so a test or a caller gives a
+function exactly the settings it means.
 """
 
 from __future__ import annotations
@@ -11,7 +15,6 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-from functools import lru_cache
 from pathlib import Path
 
 from pydantic import Field, SecretStr
@@ -63,6 +66,12 @@ class Settings(BaseSettings):
         "it serves every seeded model either way.",
     )
     model_registry: Path | None = None
+    dagster_home_dir: str | None = Field(
+        default=None,
+        validation_alias="DAGSTER_HOME",
+        description="The Dagster instance's home (Dagster's own variable); default: "
+        "`dagster_home` in the project.",
+    )
     image_cache_dir: Path | None = Field(
         default=None,
         description="Where the local image builder keeps bases and layers (default: "
@@ -83,6 +92,18 @@ class Settings(BaseSettings):
     )
     proxy_publish_interval_sec: float = 1.0
     owner: str = "local"
+    nightly_dataset: str | None = Field(
+        default=None,
+        description="The dataset version the nightly schedule evaluates the newest checkpoint "
+        "on (`assets/schedules.py`), e.g. `synth/heldout@v1`.",
+    )
+    nightly_actor: str | None = Field(
+        default=None, description="The published actor profile it evaluates, `org/name@version`."
+    )
+    nightly_plan: str = Field(
+        default='{"kind": "eval", "attempts_per_task": 1}',
+        description="The plan of its evaluations, as JSON.",
+    )
     admission_pool: str = Field(
         default_factory=socket.gethostname,
         description="The worker pool whose budget every attempt is admitted against, "
@@ -140,7 +161,7 @@ class Settings(BaseSettings):
 
     @property
     def dagster_home(self) -> Path:
-        return Path(os.environ.get("DAGSTER_HOME") or self.project_root / "dagster_home")
+        return Path(self.dagster_home_dir or self.project_root / "dagster_home")
 
     @property
     def claude_code(self) -> Path:
@@ -179,6 +200,7 @@ class Settings(BaseSettings):
         return self.work_dir / "sandboxes"
 
 
-@lru_cache(maxsize=1)
 def settings() -> Settings:
+    """The settings as the environment holds them now: called once by each process's edge
+    (a CLI command's group, a service's start, the Dagster definitions), never below it."""
     return Settings()

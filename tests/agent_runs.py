@@ -8,7 +8,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.contracts.run_spec import DatasetPin, RunRequest, batch_key
@@ -16,7 +16,7 @@ from synth_pipelines.contracts.trial import TrialOutcome
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.runs import accept_run, get_run
 from synth_pipelines.control.table_outputs import load_table
-from synth_pipelines.definitions import defs
+from synth_pipelines.definitions import definitions
 from synth_pipelines.registry.datasets import get_dataset, publish_dataset
 from synth_pipelines.runtime.trial_records import restore_trial
 from synth_pipelines.storage.objectstore import open_object_store
@@ -34,8 +34,10 @@ def one_task_dataset(tmp_path: Path, task: str) -> Path:
 
 
 def publish(dataset_dir: Path):
-    store = open_object_store(settings().objects_url)
-    return publish_dataset(control_engine(), store, dataset_dir, "test/one", "v1", "tester")[0]
+    store = open_object_store(Settings().objects_url)
+    return publish_dataset(
+        control_engine(Settings()), store, dataset_dir, "test/one", "v1", "tester"
+    )[0]
 
 
 def accept(
@@ -53,10 +55,10 @@ def accept(
 def accept_plan(profile: dict, plan: dict, *, judge: dict | None = None) -> RunRecord:
     """A run of the published `test/one@v1` with this plan, accepted as `synth run start`
     accepts it."""
-    engine = control_engine()
+    engine = control_engine(Settings())
     dataset = get_dataset(engine, "test/one@v1")
     request = RunRequest(
-        owner=settings().owner,
+        owner=Settings().owner,
         dataset=DatasetPin(
             name=dataset.name,
             version=dataset.version,
@@ -72,12 +74,14 @@ def accept_plan(profile: dict, plan: dict, *, judge: dict | None = None) -> RunR
 
 def run_batches(run: RunRecord) -> RunRecord:
     instance = dg.DagsterInstance.get()
-    job = defs.resolve_job_def({"eval": "evaluation_batch", "execute": "execution_batch"}[run.kind])
+    job = definitions(Settings()).resolve_job_def(
+        {"eval": "evaluation_batch", "execute": "execution_batch"}[run.kind]
+    )
     for index in range(run.batch_count):
         key = batch_key(run.run_id, index)
         instance.add_dynamic_partitions("batches", [key])
         assert job.execute_in_process(partition_key=key, instance=instance).success
-    return get_run(control_engine(), run.run_id)
+    return get_run(control_engine(Settings()), run.run_id)
 
 
 def evaluate(
@@ -88,16 +92,16 @@ def evaluate(
 
 
 def trial_outcomes(run: RunRecord) -> list[TrialOutcome]:
-    store = open_object_store(settings().objects_url)
+    store = open_object_store(Settings().objects_url)
     return [
         outcome
         for index in range(run.batch_count)
         for outcome in TrialOutcome.from_table(
-            load_table(control_engine(), store, "trials", batch_key(run.run_id, index))
+            load_table(control_engine(Settings()), store, "trials", batch_key(run.run_id, index))
         )
     ]
 
 
 def restored_trial(outcome: TrialOutcome, into: Path) -> Path:
-    store = open_object_store(settings().objects_url)
+    store = open_object_store(Settings().objects_url)
     return restore_trial(store, outcome.trial_key, outcome.trial_sha256, into)

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from synth_pipelines.cli.command_group import interrupts_by_default
-from synth_pipelines.config import settings
 from synth_pipelines.control.database import engine_for
 from synth_pipelines.sandbox.leases import LEASE_NAME, reclaim_orphans
 from synth_pipelines.sandbox.limits import detect_hierarchy
@@ -63,8 +62,6 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     monkeypatch.delenv("SYNTH_DATABASE_URL", raising=False)
     monkeypatch.delenv("SYNTH_OBJECT_STORE_URL", raising=False)
-    settings.cache_clear()
     engine_for.cache_clear()
     yield tmp_path / "state"
-    settings.cache_clear()
     engine_for.cache_clear()

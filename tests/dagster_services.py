@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.services.embedded import embedded_services, write_code_server_workspace
 from synth_pipelines.services.supervisor import start, stop
 from tests.conftest import PROJECT_ROOT
@@ -35,7 +35,7 @@ def dagster_services() -> Iterator[Callable[[], None]]:
     function that starts the daemon. The daemon's backfill loop looks every 30 s, first as it
     starts: started once the backfills are requested, it takes them up at once. Everything
     started is stopped on the way out."""
-    config = settings()
+    config = Settings()
     write_code_server_workspace(config)
     code_server, daemon, webserver = (
         s for s in embedded_services(config) if s.name.startswith("dagster-")

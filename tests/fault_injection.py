@@ -26,14 +26,14 @@ import dagster as dg
 import httpx
 from sqlalchemy import select
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.interaction import Interaction
 from synth_pipelines.contracts.run_spec import batch_key
 from synth_pipelines.contracts.table import parquet_to_table
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import read_events
 from synth_pipelines.control.schema import evidence_calls, evidence_chunks, policy_updates
-from synth_pipelines.definitions import defs
+from synth_pipelines.definitions import definitions
 from synth_pipelines.storage.objectstore import open_object_store
 from synth_pipelines.tinker_local.checkpoints import CheckpointPath, CheckpointStore
 from tests.conftest import PROJECT_ROOT
@@ -54,11 +54,15 @@ def run_steps(run_id: str, index: int, steps: tuple[str, ...]) -> dg.ExecuteInPr
     instance = dg.DagsterInstance.get()
     if not instance.has_dynamic_partition("batches", key):
         instance.add_dynamic_partitions("batches", [key])
-    return defs.resolve_job_def("training_batch").execute_in_process(
-        partition_key=key,
-        instance=instance,
-        asset_selection=[dg.AssetKey(step) for step in steps],
-        raise_on_error=False,
+    return (
+        definitions(Settings())
+        .resolve_job_def("training_batch")
+        .execute_in_process(
+            partition_key=key,
+            instance=instance,
+            asset_selection=[dg.AssetKey(step) for step in steps],
+            raise_on_error=False,
+        )
     )
 
 
@@ -67,15 +71,15 @@ import os
 import signal
 import sys
 from pathlib import Path
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.evidence.publisher import EvidencePublisher
 from synth_pipelines.evidence.spool import Spool
 from synth_pipelines.storage.objectstore import open_object_store
 EvidencePublisher(
     Spool(Path(sys.argv[1])),
-    open_object_store(settings().objects_url),
-    control_engine(),
+    open_object_store(Settings().objects_url),
+    control_engine(Settings()),
     report=lambda chunk: os.kill(os.getpid(), signal.SIGKILL),
 ).publish_pending(everything=True)
 """
@@ -99,7 +103,7 @@ def captured_call(run_id: str, batch: str, attempt_id: str, index: int) -> Inter
         batch=batch,
         attempt_id=attempt_id,
         trial_id="trial-1",
-        owner=settings().owner,
+        owner=Settings().owner,
         role="actor",
         agent_id="main",
         parent_agent_id=None,
@@ -293,7 +297,7 @@ def wait_until_held(
 def applied_optimizer_steps(state_path: str) -> int:
     """Adam's step count saved with the trainer state: every optimizer step the state's
     lineage applied, whichever service process applied it."""
-    store = CheckpointStore(open_object_store(settings().objects_url))
+    store = CheckpointStore(open_object_store(Settings().objects_url))
     optimizer = store.load(CheckpointPath.parse(state_path)).optimizer
     assert optimizer, f"{state_path} has no optimizer state"
     steps = {int(value) for name, value in optimizer.items() if name.endswith(".step")}
@@ -302,12 +306,12 @@ def applied_optimizer_steps(state_path: str) -> int:
 
 
 def acknowledged_updates(run_id: str) -> int:
-    with control_engine().connect() as conn:
+    with control_engine(Settings()).connect() as conn:
         statuses = conn.execute(
             select(policy_updates.c.status).where(policy_updates.c.run_id == run_id)
         ).scalars()
         acknowledged = sum(status == "acknowledged" for status in statuses)
-    events = read_events(control_engine(), run_id=run_id, kinds=("update.acknowledged",))
+    events = read_events(control_engine(Settings()), run_id=run_id, kinds=("update.acknowledged",))
     assert len(events) == acknowledged, (events, acknowledged)
     return acknowledged
 
@@ -323,8 +327,8 @@ class EvidenceAudit:
 
 def audit_evidence(run_id: str) -> EvidenceAudit:
     """Every evidence row against the chunk it names, each chunk read with its checksum."""
-    store = open_object_store(settings().objects_url)
-    with control_engine().connect() as conn:
+    store = open_object_store(Settings().objects_url)
+    with control_engine(Settings()).connect() as conn:
         rows = conn.execute(
             select(evidence_calls.c.call_id).where(evidence_calls.c.run_id == run_id)
         ).scalars()

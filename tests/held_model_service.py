@@ -19,7 +19,7 @@ from pathlib import Path
 import uvicorn
 from fastapi import FastAPI, Request
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.storage.objectstore import open_object_store
 from synth_pipelines.tinker_local.app import create_app
 from synth_pipelines.tinker_local.checkpoints import KEY_PREFIX
@@ -42,7 +42,7 @@ def _journal(journal: Path, line: str) -> None:
 
 
 def _sampler_weights_stored() -> bool:
-    store = open_object_store(settings().objects_url)
+    store = open_object_store(Settings().objects_url)
     return any("/sampler_weights/" in key for key in store.list(KEY_PREFIX))
 
 
@@ -73,7 +73,7 @@ def main() -> None:
     parser.add_argument("--journal", type=Path, required=True)
     parser.add_argument("--hold", choices=HOLDS)
     args = parser.parse_args()
-    app = create_app(MODEL, scripted=True)
+    app = create_app(MODEL, scripted=True, object_store_url=Settings().objects_url)
     hold_one_step(app, args.journal, args.hold)
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
 

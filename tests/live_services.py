@@ -18,7 +18,7 @@ from fastapi import FastAPI
 from proxy.app import create_app
 from proxy.config import ProxyConfig
 from proxy.sandbox_listener import sandbox_socket
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.credentials import load_signing_key, mint_token
 from synth_pipelines.rendering.model_registry import ModelRegistry
 from synth_pipelines.tinker_local.app import create_app as create_model_service
@@ -34,7 +34,7 @@ def model_service(
 ) -> Iterator[str]:
     """`app_hook` lets a test put its own instrumentation (e.g. a slow endpoint) in front."""
     os.environ.setdefault("TINKER_TELEMETRY", "0")
-    app = create_model_service(MODEL, scripted=scripted)
+    app = create_model_service(MODEL, scripted=scripted, object_store_url=Settings().objects_url)
     if app_hook is not None:
         app_hook(app)
     with serving(app) as url:
@@ -69,7 +69,7 @@ class Proxy:
             load_signing_key(self.config.signing_key_path),
             run_id=run,
             attempt_id=attempt,
-            owner=settings().owner,
+            owner=Settings().owner,
             model=model,
             ttl_sec=ttl,
             role=role,
@@ -126,7 +126,7 @@ def capture_proxy(
 ) -> Iterator[Proxy]:
     """`registry`: the models the proxy serves (their context windows bound prompt fitting);
     None: the default registry."""
-    config = settings()
+    config = Settings()
     proxy_config = ProxyConfig(
         state_dir=config.state_dir,
         signing_key_path=config.signing_key_path,
@@ -148,7 +148,7 @@ def capture_proxy(
 
 
 def claude_code() -> Path:
-    path = settings().claude_code
+    path = Settings().claude_code
     if not path.exists():
         pytest.fail(f"Claude Code is not installed at {path}; run `make setup`")
     return path
@@ -168,7 +168,6 @@ def platform(
     ):
         monkeypatch.setenv("SYNTH_PROXY_URL", proxy.url)
         monkeypatch.setenv("SYNTH_MODEL_SERVICE_URL", model_url)
-        settings.cache_clear()
         yield model_url, proxy
 
 

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from synth_pipelines.config import settings
 from synth_pipelines.control.database import engine_for
 from tests.conftest import PROJECT_ROOT
 
@@ -26,10 +25,8 @@ def module_state(tmp_path: Path) -> Iterator[Path]:
         patch.setenv("DAGSTER_HOME", str(home))
         patch.delenv("SYNTH_DATABASE_URL", raising=False)
         patch.delenv("SYNTH_OBJECT_STORE_URL", raising=False)
-        settings.cache_clear()
         engine_for.cache_clear()
         try:
             yield tmp_path / "state"
         finally:
-            settings.cache_clear()
             engine_for.cache_clear()

@@ -27,7 +27,7 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.control.database import control_engine, engine_for
 from synth_pipelines.control.runs import get_run
@@ -53,7 +53,7 @@ def wait_until_stopped(run_id: str, timeout_sec: float = 480) -> RunRecord:
     """The run once it is no longer accepted or running: finished, or stopped with a reason."""
     deadline = time.monotonic() + timeout_sec
     while time.monotonic() < deadline:
-        run = get_run(control_engine(), run_id)
+        run = get_run(control_engine(Settings()), run_id)
         if run.status not in ("accepted", "running"):
             return run
         time.sleep(1)
@@ -260,12 +260,10 @@ def environment_applied(environment: ProductionEnvironment) -> Iterator[Producti
     with pytest.MonkeyPatch.context() as patch:
         for name, value in environment.env.items():
             patch.setenv(name, value)
-        settings.cache_clear()
         engine_for.cache_clear()
         try:
             yield environment
         finally:
-            settings.cache_clear()
             engine_for.cache_clear()
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.batch_learning import BatchLearning
 from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.contracts.run_spec import batch_key
@@ -47,7 +48,7 @@ def learning_metrics(index: int) -> dict:
 def record_attempts(run: RunRecord, index: int) -> None:
     for number, reward in enumerate(REWARDS[index]):
         record_event(
-            control_engine(),
+            control_engine(Settings()),
             run.run_id,
             "attempt.finished",
             {
@@ -63,7 +64,7 @@ def record_attempts(run: RunRecord, index: int) -> None:
 def record_batch(run: RunRecord, index: int, *, learned: bool = True) -> None:
     """Batch `index` sampled, and with `learned` its update acknowledged and the batch
     completed."""
-    engine = control_engine()
+    engine = control_engine(Settings())
     start_batch(engine, run.spec, index, attempts=len(REWARDS[index]))
     record_attempts(run, index)
     if not learned:

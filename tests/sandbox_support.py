@@ -15,7 +15,7 @@ from harbor.models.trial.config import AgentConfig, EnvironmentConfig, TaskConfi
 from harbor.models.trial.paths import TrialPaths
 from harbor.models.trial.result import TrialResult
 
-from synth_pipelines.config import Settings, settings
+from synth_pipelines.config import Settings
 from synth_pipelines.sandbox.bwrap import BwrapEnvironment
 from synth_pipelines.sandbox.limits import PARENT_NAME, detect_hierarchy
 from synth_pipelines.sandbox.options import HostSettings
@@ -102,7 +102,7 @@ def make_environment(task: Path, trial_dir: Path, **overrides) -> BwrapEnvironme
 
 
 def sandbox_dirs() -> list[Path]:
-    root = settings().sandboxes_dir
+    root = Settings().sandboxes_dir
     return sorted(root.iterdir()) if root.is_dir() else []
 
 
@@ -151,9 +151,7 @@ def isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     Used as `yield from` in each test module's autouse fixture.
     """
     monkeypatch.setenv("SYNTH_DATA_DIR", str(tmp_path / "state"))
-    settings.cache_clear()
     yield tmp_path / "state"
-    settings.cache_clear()
 
 
 def wait_for[T](condition: Callable[[], T], timeout: float = 30.0) -> T:

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.evidence.reader import read_attempt_evidence
 from synth_pipelines.storage.objectstore import open_object_store
@@ -26,8 +26,8 @@ WRITE = (
 
 
 def _calls(attempt_id: str):
-    store = open_object_store(settings().objects_url)
-    return read_attempt_evidence(control_engine(), store, [attempt_id]).calls[attempt_id]
+    store = open_object_store(Settings().objects_url)
+    return read_attempt_evidence(control_engine(Settings()), store, [attempt_id]).calls[attempt_id]
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ import sys
 import pytest
 from sqlalchemy import select
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.assessment import Assessment
 from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.contracts.run_spec import batch_key
@@ -23,7 +23,6 @@ from synth_pipelines.control.schema import evidence_calls
 from synth_pipelines.control.table_outputs import load_table
 from synth_pipelines.evidence.reader import read_attempt_evidence
 from synth_pipelines.runtime.local_run import run_locally
-from synth_pipelines.sandbox.options import HostSettings
 from synth_pipelines.storage.objectstore import open_object_store
 from tests.agent_runs import (
     evaluate,
@@ -64,17 +63,17 @@ def test_claude_code_profile_passes_a_sample_task_in_the_sandbox(state, tmp_path
                 one_task_dataset(tmp_path / "again", "update-version-file") / "update-version-file",
                 "synth/qwen3-tiny",
                 tmp_path / "local-run",
-                HostSettings.model_validate(settings(), from_attributes=True),
+                Settings(),
             )
         )
         proxy.flush()
-    store = open_object_store(settings().objects_url)
+    store = open_object_store(Settings().objects_url)
     (assessment,) = Assessment.from_table(
-        load_table(control_engine(), store, "assessments", batch_key(run.run_id, 0))
+        load_table(control_engine(Settings()), store, "assessments", batch_key(run.run_id, 0))
     )
     assert run.status == "succeeded", outcome.exception_message
     assert assessment.reward == 1.0
-    calls = read_attempt_evidence(control_engine(), store, [outcome.attempt_id]).calls[
+    calls = read_attempt_evidence(control_engine(Settings()), store, [outcome.attempt_id]).calls[
         outcome.attempt_id
     ]
     assert len(calls) >= 2
@@ -131,8 +130,8 @@ def test_synth_claude_launches_claude_code_here_through_the_proxy(state, tmp_pat
         proxy.flush()
     assert done.returncode == 0, done.stderr
     assert (workspace / "VERSION").read_text() == "2.4.1\n"
-    store = open_object_store(settings().objects_url)
-    engine = control_engine()
+    store = open_object_store(Settings().objects_url)
+    engine = control_engine(Settings())
     with engine.connect() as conn:
         attempts = {row.attempt_id for row in conn.execute(select(evidence_calls))}
     (attempt,) = attempts

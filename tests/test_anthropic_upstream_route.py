@@ -13,7 +13,7 @@ import pytest
 
 from proxy.app import create_app
 from proxy.config import ProxyConfig
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.assessment import Assessment
 from synth_pipelines.contracts.exclusion import ExclusionReason
 from synth_pipelines.contracts.interaction import Interaction
@@ -38,7 +38,7 @@ KEY_ENV = "SYNTH_TEST_UPSTREAM_KEY"
 def front_proxy(upstream_url: str) -> Iterator[Proxy]:
     """A proxy whose judge model is the upstream's `MODEL`, through an `anthropic` route;
     its state (spool) apart from the upstream's."""
-    config = settings()
+    config = Settings()
     entry = ModelEntry(
         id=JUDGE_MODEL,
         family="qwen",

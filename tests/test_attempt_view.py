@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from synth_pipelines.cli.main import app
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.trial import TrialOutcome
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.evidence.reader import read_attempt_evidence
@@ -60,7 +60,9 @@ def test_attempt_show_pairs_tool_calls_with_outputs_and_counts_evidence_tokens(g
     assert tool["output"].startswith("exit code 0") and "<b>written</b>" in tool["output"]
     assert tool["is_error"] is False
     evidence = read_attempt_evidence(
-        control_engine(), open_object_store(settings().objects_url), [graded_attempt.attempt_id]
+        control_engine(Settings()),
+        open_object_store(Settings().objects_url),
+        [graded_attempt.attempt_id],
     )
     calls = evidence.calls[graded_attempt.attempt_id]
     assert [c["call_id"] for c in document["calls"]] == [c.call_id for c in calls]

@@ -8,6 +8,7 @@ from datetime import UTC
 
 from sqlalchemy import select
 
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.batch_learning import BatchLearning
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import read_events
@@ -30,7 +31,7 @@ SIGNAL = BatchLearning(
 
 
 def _stored(run_id: str) -> dict:
-    with control_engine().connect() as conn:
+    with control_engine(Settings()).connect() as conn:
         text = conn.execute(
             select(policy_updates.c.metrics_json).where(policy_updates.c.run_id == run_id)
         ).scalar_one()
@@ -40,7 +41,13 @@ def _stored(run_id: str) -> dict:
 def test_a_batch_without_a_step_stores_no_step_numbers(state):
     learning = SIGNAL.model_copy(update={"optimizer_step": False, "no_step_reason": "no signal"})
     record_without_step(
-        control_engine(), "r-1", "r-1.b0000", 0, "tinker://r-1/state/0", "no signal", learning
+        control_engine(Settings()),
+        "r-1",
+        "r-1.b0000",
+        0,
+        "tinker://r-1/state/0",
+        "no signal",
+        learning,
     )
     assert _stored("r-1") == {
         "sampler": "synth/qwen3-tiny",
@@ -52,14 +59,14 @@ def test_a_batch_without_a_step_stores_no_step_numbers(state):
         "optimizer_step": False,
         "no_step_reason": "no signal",
     }
-    update = find_update(control_engine(), "r-1", "r-1.b0000")
+    update = find_update(control_engine(Settings()), "r-1", "r-1.b0000")
     assert update is not None and update.metrics == learning
     assert update.metrics.learning_rate is None and update.metrics.frac_mixed == 0.0
     assert update.marked_at.tzinfo is UTC
 
 
 def test_an_acknowledged_step_is_reported_with_exactly_the_numbers_stored(state):
-    engine = control_engine()
+    engine = control_engine(Settings())
     mark_unresolved(engine, "r-1", "r-1.b0000", 0, datums=4)
     unresolved = find_update(engine, "r-1", "r-1.b0000")
     assert unresolved is not None and unresolved.metrics == BatchLearning()

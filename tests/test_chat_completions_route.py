@@ -20,7 +20,7 @@ import dagster as dg
 import httpx
 import pytest
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.assessment import Assessment
 from synth_pipelines.contracts.interaction import Interaction
 from synth_pipelines.contracts.run_record import RunRecord
@@ -65,7 +65,7 @@ def judge_entry(url: str, served_name: str) -> ModelEntry:
 @pytest.fixture(scope="module")
 def chat_server() -> Iterator[tuple[str, str]]:
     """`transformers serve` with SmolLM2 loaded: (base URL, the model's name there)."""
-    directory = smollm2_directory(settings().state_dir / "models")
+    directory = smollm2_directory(Settings().state_dir / "models")
     port = free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     server = subprocess.Popen(
@@ -188,11 +188,9 @@ def smollm2_regrade(tmp_path_factory, chat_server) -> Iterator[SmolRegrade]:
     with module_state(root), pytest.MonkeyPatch.context() as patch:
         patch.setenv("SYNTH_DAGSTER_URL", f"http://127.0.0.1:{free_port()}")
         patch.setenv("SYNTH_MODEL_REGISTRY", str(registry_file))
-        settings.cache_clear()
         # The oracle never samples and the judge samples only SmolLM2: no model service.
-        with capture_proxy("http://127.0.0.1:9", registry=configured_registry(settings())) as proxy:
+        with capture_proxy("http://127.0.0.1:9", registry=configured_registry(Settings())) as proxy:
             patch.setenv("SYNTH_PROXY_URL", proxy.url)
-            settings.cache_clear()
             dataset = one_task_dataset(root, "update-version-file")
             # The task's verifier gets 30 s; a judge generating on a shared CPU needs longer.
             toml = dataset / "update-version-file" / "task.toml"
@@ -250,8 +248,8 @@ def test_a_regrade_by_a_judge_on_the_chat_route_records_its_route_and_model(smol
     assert metadata["judge_model"].value == JUDGE_MODEL
     assert metadata["judge_route"].value == smollm2_regrade.route
 
-    store = open_object_store(settings().objects_url)
-    ref = table_history(control_engine(), "assessments", batch_key(run.run_id, 0))[-1]
+    store = open_object_store(Settings().objects_url)
+    ref = table_history(control_engine(Settings()), "assessments", batch_key(run.run_id, 0))[-1]
     (judged_row,) = Assessment.from_table(
         parquet_to_table(store.get(ref.key, expected_sha256=ref.sha256))
     )

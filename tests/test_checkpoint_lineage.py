@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from synth_pipelines.cli.main import app
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.checkpoint import Checkpoint
 from synth_pipelines.contracts.run_spec import RunRequest, batch_key
 from synth_pipelines.control.checkpoints import run_checkpoints
@@ -57,7 +58,7 @@ def lineage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lineage]:
                 result = run_batch(train, index)
                 assert result.success, [e.message for e in result.all_events if e.is_failure]
             assert refreshed(train).status == "succeeded"
-            checkpoints = run_checkpoints(control_engine(), train.run_id)
+            checkpoints = run_checkpoints(control_engine(Settings()), train.run_id)
             request = RunRequest.model_validate(
                 {
                     **train.spec.model_dump(include={"owner", "dataset", "actor"}),
@@ -70,7 +71,7 @@ def lineage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lineage]:
                 }
             )
             script_one_right_one_wrong(model_url)
-            evaluation = run_batches(accept_run(control_engine(), request)[0])
+            evaluation = run_batches(accept_run(control_engine(Settings()), request)[0])
             assert evaluation.status == "succeeded"
         yield Lineage(train.run_id, evaluation.run_id, checkpoints)
 

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.control.checkpoints import run_checkpoints
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.runs import list_runs
@@ -106,14 +106,13 @@ def _refused(result: subprocess.CompletedProcess, what: str) -> None:
 @pytest.mark.slow
 def test_only_the_owner_samples_reads_and_trains_from_a_checkpoint(state, tmp_path, monkeypatch):
     monkeypatch.setenv("SYNTH_OWNER", "bob")
-    settings.cache_clear()
     with platform(monkeypatch) as (model_url, proxy):
         run = accept_training(training_dataset(tmp_path), PLAN)
         script_one_right_one_wrong(model_url)
         trained = run_batch(run, 0)
         assert trained.success, [e.message for e in trained.all_events if e.is_failure]
         assert refreshed(run).status == "succeeded"
-        engine = control_engine()
+        engine = control_engine(Settings())
         (checkpoint,) = run_checkpoints(engine, run.run_id)
         assert checkpoint.owner == "bob"
         sampler = checkpoint.sampler_path
@@ -152,7 +151,7 @@ def test_only_the_owner_samples_reads_and_trains_from_a_checkpoint(state, tmp_pa
                 )
             ]
         evidence = read_attempt_evidence(
-            engine, open_object_store(settings().objects_url), attempts
+            engine, open_object_store(Settings().objects_url), attempts
         )
         calls = [call for attempt in attempts for call in evidence.calls[attempt]]
         # Only Bob's launch reached the model; every call it made was his checkpoint's.

@@ -27,7 +27,7 @@ import pytest
 from tml_renderers import renderers
 
 from proxy.context_fit import omission_marker
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.interaction import Interaction
 from synth_pipelines.contracts.learning import QualifiedAttempt
 from synth_pipelines.contracts.messages import MessagesRequest
@@ -123,7 +123,7 @@ def test_an_oversized_tool_result_is_trained_on_as_the_fitted_prompt_the_model_s
         assert json.loads(result.stdout)["result"] == "Both listings printed."
         proxy.flush()
     evidence = read_attempt_evidence(
-        control_engine(), open_object_store(settings().objects_url), [ATTEMPT]
+        control_engine(Settings()), open_object_store(Settings().objects_url), [ATTEMPT]
     )
     assert evidence.problems == {}
     calls = sorted(evidence.calls[ATTEMPT], key=lambda call: call.call_index)

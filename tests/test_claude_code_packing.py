@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.learning import QualifiedAttempt
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.evidence.reader import read_attempt_evidence
@@ -44,7 +44,7 @@ def test_a_two_call_claude_code_attempt_trains_only_on_its_sampled_tokens(state,
         assert result.returncode == 0, result.stderr
         proxy.flush()
     evidence = read_attempt_evidence(
-        control_engine(), open_object_store(settings().objects_url), [ATTEMPT]
+        control_engine(Settings()), open_object_store(Settings().objects_url), [ATTEMPT]
     )
     calls = sorted(evidence.calls[ATTEMPT], key=lambda call: call.call_index)
     assert [call.stop_reason for call in calls] == ["tool_use", "end_turn"]

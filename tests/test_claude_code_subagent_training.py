@@ -32,7 +32,7 @@ import pytest
 import tinker
 from tml_renderers import renderers
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.interaction import Interaction
 from synth_pipelines.contracts.learning import DatumRow, PolicyBinding
 from synth_pipelines.contracts.plan import Eligibility, TrainPlan
@@ -161,7 +161,9 @@ def test_a_sub_agents_sampled_tokens_train_with_the_attempts_advantage(state, tm
             ]
             proxy.flush()
         evidence = read_attempt_evidence(
-            control_engine(), open_object_store(settings().objects_url), [DELEGATING, SIBLING]
+            control_engine(Settings()),
+            open_object_store(Settings().objects_url),
+            [DELEGATING, SIBLING],
         )
         assert evidence.problems == {}
 
@@ -194,7 +196,7 @@ def test_a_sub_agents_sampled_tokens_train_with_the_attempts_advantage(state, tm
                 BATCH,
                 f"trial-{DELEGATING}",
                 "actor",
-                settings().owner,
+                Settings().owner,
             )
             assert call.native_session_id is not None
             assert call.native_session_id == main[0].native_session_id

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.messages import MessagesRequest
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.evidence.reader import read_attempt_evidence
@@ -166,7 +166,7 @@ def test_claude_code_against_the_teacher_captures_the_examples_the_warm_start_le
             proxy.flush()
     # Claude Code ran the demonstrated command itself.
     assert (workdir / "answer.txt").read_text() == "gold\n"
-    engine, store = control_engine(), open_object_store(settings().objects_url)
+    engine, store = control_engine(Settings()), open_object_store(Settings().objects_url)
     calls = sorted(
         read_attempt_evidence(engine, store, [ATTEMPT]).calls[ATTEMPT], key=lambda c: c.call_index
     )

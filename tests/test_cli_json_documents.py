@@ -8,7 +8,7 @@ import sys
 import jsonschema
 
 from synth_pipelines.cli.json_documents import DOCUMENTS
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.credentials import load_signing_key
 from tests.conftest import PROJECT_ROOT, SAMPLE_DATASET
 from tests.live_services import platform
@@ -89,7 +89,7 @@ def _check_every_document() -> None:
         "@plans/train.json",
     )
     assert trained["kind"] == "train" and trained["batches"] == 3
-    load_signing_key(settings().signing_key_path)
+    load_signing_key(Settings().signing_key_path)
     check("proxy token", "proxy", "token", "--run", "r", "--attempt", "a", "--model", "m")
     for line in synth("run", "events", run["run_id"], "--json").stdout.splitlines():
         jsonschema.validate(json.loads(line), schemas["run events"])

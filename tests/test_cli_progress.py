@@ -18,7 +18,7 @@ from synth_pipelines.cli.json_documents import validated
 from synth_pipelines.cli.main import app
 from synth_pipelines.cli.output import errors
 from synth_pipelines.cli.progress import ProgressDisplay, RegradeCounter
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.run_spec import batch_key
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import record_event
@@ -41,9 +41,9 @@ def test_json_progress_goes_to_stderr_one_line_per_change(state, tmp_path):
         time.sleep(1.5)
         record_batch(run, 1)
         time.sleep(1.5)
-        start_batch(control_engine(), run.spec, 2, attempts=4)
+        start_batch(control_engine(Settings()), run.spec, 2, attempts=4)
         record_attempts(run, 2)
-        complete_batch(control_engine(), run.spec, 2, {})
+        complete_batch(control_engine(Settings()), run.spec, 2, {})
 
     rest = threading.Thread(target=the_rest_of_the_run)
     rest.start()
@@ -67,12 +67,12 @@ def test_json_progress_goes_to_stderr_one_line_per_change(state, tmp_path):
 
 def test_ctrl_c_while_waiting_leaves_the_run_going_and_says_how_to_wait_again(state, tmp_path):
     publish_dataset(
-        control_engine(),
-        open_object_store(settings().objects_url),
+        control_engine(Settings()),
+        open_object_store(Settings().objects_url),
         training_dataset(tmp_path),
         "test/wait",
         "v1",
-        settings().owner,
+        Settings().owner,
     )
     # Nothing launches batches here: the run stays accepted for as long as the test waits.
     start = ["run", "start", "--wait", "--json", "--dataset", "test/wait@v1"]
@@ -101,14 +101,14 @@ def test_ctrl_c_while_waiting_leaves_the_run_going_and_says_how_to_wait_again(st
     assert said == (
         f"stopped waiting; run {run_id} goes on: wait again with `synth run wait {run_id}`"
     )
-    assert get_run(control_engine(), run_id).status == "accepted"
+    assert get_run(control_engine(Settings()), run_id).status == "accepted"
 
 
 def test_a_regrade_counts_its_own_assessments_against_the_runs_attempts(state, tmp_path, capsys):
     run = _run(tmp_path)  # three batches of four attempts
     for index in range(run.batch_count):
         _record(run, index, [0.0, 0.0, 1.0, 0.0])
-    engine = control_engine()
+    engine = control_engine(Settings())
     regrade = record_regrade(engine, run.run_id, "judge", None, run.batch_count)
     other = record_regrade(engine, run.run_id, "verifier", None, run.batch_count)
     counter = RegradeCounter(engine, regrade)

@@ -5,6 +5,7 @@ import threading
 
 from sqlalchemy import create_engine, inspect
 
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.plan import EvalPlan
 from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.contracts.run_spec import DatasetPin, RunRequest
@@ -50,7 +51,7 @@ def test_services_starting_together_create_the_schema_once(postgres_server):
 
 
 def test_event_cursor_never_steps_over_an_event_that_commits_late(production_env):
-    engine = control_engine()
+    engine = control_engine(Settings())
     run, _ = accept_run(engine, _request(), "late-commit")
     cursor = read_events(engine, run_id=run.run_id)[-1].seq
     slow = engine.connect()
@@ -75,7 +76,7 @@ def _append_and_commit(engine, run_id: str, data: dict) -> None:
 
 
 def test_concurrent_submissions_with_one_key_accept_one_run(production_env):
-    engine = control_engine()
+    engine = control_engine(Settings())
     ids: list[str] = []
     gate = threading.Barrier(6)
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from synth_pipelines.cli.json_documents import validated
 from synth_pipelines.cli.main import app
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.storage.objectstore import open_object_store
 from tests.conftest import SAMPLE_DATASET
 
@@ -46,7 +46,7 @@ def test_json_progress_is_each_task_packed_then_uploaded_on_stderr(state, tmp_pa
     # Uploaded under the dataset's task names, each once.
     names = [line["task"] for line in uploaded]
     assert sorted(names) == sorted(task["name"] for task in _tasks_of("test/three@v1"))
-    store = open_object_store(settings().objects_url)
+    store = open_object_store(Settings().objects_url)
     assert all(store.head(task["package_key"]) for task in _tasks_of("test/three@v1"))
 
 

@@ -11,8 +11,8 @@ from dagster._config import process_config
 from dagster._core.instance.config import dagster_instance_config_schema
 from dagster_k8s.models import k8s_model_from_dict
 from pydantic import TypeAdapter
-from sandbox_support import host_settings
 
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.plan import Plan
 from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.definitions import defs
@@ -59,8 +59,7 @@ def test_documented_cloud_plans_select_harbor_providers(block):
     oracle = json.loads((PROJECT_ROOT / "profiles" / "oracle.json").read_text())
     actor = Actor.of(PinnedProfile.from_document(oracle), None)
     assert plan.environment.provider in ("daytona", "modal", "e2b")
-    environment = environment_config(plan, actor, host=host_settings())
-    assert environment.type.value == plan.environment.provider
+    assert environment_config(plan, Settings(), actor).type.value == plan.environment.provider
 
 
 def test_documented_launchpad_config_is_valid_for_launch_experiment():

@@ -29,7 +29,7 @@ import pytest
 import sqlalchemy.exc
 from sqlalchemy import select
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import read_events
 from synth_pipelines.control.runs import get_run
@@ -112,7 +112,7 @@ def docker_deployment() -> Iterator[DockerDeployment]:
         **os.environ,
         "SYNTH_DATA_DIR": str(root),
         # The image cache (and the engine in it) of this checkout, shared with other tests.
-        "SYNTH_IMAGE_CACHE_DIR": str(settings().image_cache_dir),
+        "SYNTH_IMAGE_CACHE_DIR": str(Settings().image_cache_dir),
         "TINKER_BASE_URL": model_service.address,
         "TINKER_API_KEY": "tml-docker-test",
         "SYNTH_ADMISSION_POOL": f"docker-{uuid.uuid4().hex[:8]}",
@@ -206,7 +206,9 @@ def _active_batch_container(run_id: str, timeout_sec: float = 300) -> str:
     """The container of the run's batch once its trials are under way."""
     deadline = time.monotonic() + timeout_sec
     while time.monotonic() < deadline:
-        if read_events(control_engine(), run_id=run_id, kinds=("batch.started",), limit=1):
+        if read_events(
+            control_engine(Settings()), run_id=run_id, kinds=("batch.started",), limit=1
+        ):
             for record in _dagster_runs(run_id):
                 container = record.dagster_run.tags.get(CONTAINER_ID_TAG)
                 if record.dagster_run.job_name.endswith("_batch") and container:
@@ -217,7 +219,9 @@ def _active_batch_container(run_id: str, timeout_sec: float = 300) -> str:
 
 def _first_attempt(deployment: DockerDeployment, run_id: str) -> str:
     """How the run's first attempt went, as `synth attempt show` tells it."""
-    (finished,) = read_events(control_engine(), run_id=run_id, kinds=("attempt.finished",), limit=1)
+    (finished,) = read_events(
+        control_engine(Settings()), run_id=run_id, kinds=("attempt.finished",), limit=1
+    )
     return deployment.synth("attempt", "show", finished.data["attempt_id"]).stdout
 
 
@@ -325,7 +329,7 @@ def test_an_evaluation_and_a_training_run_run_together_in_containers(
     intervals = {
         run_id: [
             (outcome.started_at.timestamp(), outcome.finished_at.timestamp())
-            for outcome in trial_outcomes(get_run(control_engine(), run_id))
+            for outcome in trial_outcomes(get_run(control_engine(Settings()), run_id))
         ]
         for run_id in (training, evaluation)
     }
@@ -344,7 +348,7 @@ def test_an_evaluation_and_a_training_run_run_together_in_containers(
         deployed.environment.env["SYNTH_OBJECT_STORE_URL"],
         endpoint_url=deployed.environment.s3.endpoint_url,
     )
-    with control_engine().connect() as connection:
+    with control_engine(Settings()).connect() as connection:
         chunks = connection.execute(
             select(evidence_chunks.c.chunk_key, evidence_chunks.c.sha256).where(
                 evidence_chunks.c.run_id == training
@@ -408,7 +412,9 @@ def test_a_killed_container_fails_its_run_and_cancel_stops_one(
     detected_sec = time.monotonic() - killed_at
     print(f"killed container detected after {detected_sec:.1f} s")
     assert stopped.status == "interrupted"
-    (interruption,) = read_events(control_engine(), run_id=killed, kinds=("run.interrupted",))
+    (interruption,) = read_events(
+        control_engine(Settings()), run_id=killed, kinds=("run.interrupted",)
+    )
     assert interruption.data["batch"] == f"{killed}.b0000"
     assert "Container status is exited" in interruption.data["error"], interruption.data
 
@@ -425,5 +431,5 @@ def test_a_killed_container_fails_its_run_and_cancel_stops_one(
         r for r in _finished_dagster_runs(cancelled) if r.dagster_run.job_name.endswith("_batch")
     ]
     assert record.dagster_run.status == dg.DagsterRunStatus.CANCELED
-    assert get_run(control_engine(), cancelled).status == "cancelled"
-    assert read_events(control_engine(), run_id=cancelled, kinds=("run.cancelled",))
+    assert get_run(control_engine(Settings()), cancelled).status == "cancelled"
+    assert read_events(control_engine(Settings()), run_id=cancelled, kinds=("run.cancelled",))

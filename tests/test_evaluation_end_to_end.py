@@ -10,13 +10,13 @@ import time
 import dagster as dg
 import pytest
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.plan import EvalPlan
 from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.contracts.run_spec import DatasetPin, RunRequest, batch_key
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.runs import accept_run, get_run
-from synth_pipelines.definitions import defs
+from synth_pipelines.definitions import definitions
 from synth_pipelines.registry.datasets import publish_dataset
 from synth_pipelines.runtime.results import collect_results
 from synth_pipelines.storage.objectstore import open_object_store
@@ -25,8 +25,8 @@ from tests.conftest import PROJECT_ROOT, SAMPLE_DATASET
 
 def _evaluate(profile_file: str, attempts: int) -> tuple[str, object]:
     """Accept an evaluation and execute its batches with the same job the sensor launches."""
-    engine = control_engine()
-    store = open_object_store(settings().objects_url)
+    engine = control_engine(Settings())
+    store = open_object_store(Settings().objects_url)
     dataset, _ = publish_dataset(engine, store, SAMPLE_DATASET, "synth/sample", "v1", "tester")
     request = RunRequest(
         owner="tester",
@@ -48,7 +48,7 @@ def _evaluate(profile_file: str, attempts: int) -> tuple[str, object]:
     )
     run, _ = accept_run(engine, request)
     instance = dg.DagsterInstance.get()
-    job = defs.resolve_job_def("evaluation_batch")
+    job = definitions(Settings()).resolve_job_def("evaluation_batch")
     for index in range(run.batch_count):
         key = batch_key(run.run_id, index)
         instance.add_dynamic_partitions("batches", [key])

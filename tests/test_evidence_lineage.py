@@ -7,7 +7,7 @@ from pathlib import Path
 import dagster as dg
 
 from resources.captured_interactions_events import DagsterReporter
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.evidence.publisher import EvidencePublisher
 from synth_pipelines.evidence.spool import Spool
@@ -32,11 +32,11 @@ def _materializations(batch: str) -> list[dg.AssetMaterialization]:
 def test_each_published_chunk_is_a_materialization_of_its_batch_partition(state: Path):
     with dg.DagsterInstance.get() as instance:
         instance.add_dynamic_partitions("batches", [BATCH])
-    reporter = DagsterReporter()
+    reporter = DagsterReporter(Settings().dagster_home)
     publisher = EvidencePublisher(
         Spool(state / "spool"),
-        open_object_store(settings().objects_url),
-        control_engine(),
+        open_object_store(Settings().objects_url),
+        control_engine(Settings()),
         report=reporter,
     )
     staged = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.evidence.publisher import EvidencePublisher
 from synth_pipelines.evidence.reader import read_attempt_evidence
@@ -16,8 +16,8 @@ from tests.evidence_calls import conversation, interaction
 def _publisher(state: Path, **policy: float) -> EvidencePublisher:
     return EvidencePublisher(
         Spool(state / "spool"),
-        open_object_store(settings().objects_url),
-        control_engine(),
+        open_object_store(Settings().objects_url),
+        control_engine(Settings()),
         **policy,
     )
 
@@ -55,7 +55,7 @@ def test_publishing_everything_ignores_the_settle_time_and_keeps_call_order(stat
     assert publisher.publish_pending() == []
     (chunk,) = publisher.publish_pending(everything=True)
 
-    published = read_attempt_evidence(control_engine(), publisher.store, ["a-1"])
+    published = read_attempt_evidence(control_engine(Settings()), publisher.store, ["a-1"])
     assert chunk.calls == 4 and published.problems == {}
     assert published.calls["a-1"] == calls
 

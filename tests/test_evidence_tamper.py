@@ -11,12 +11,12 @@ import dagster as dg
 import pytest
 from sqlalchemy import select
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.learning import QualifiedAttempt
 from synth_pipelines.contracts.run_spec import batch_key
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.schema import evidence_chunks
-from synth_pipelines.definitions import defs
+from synth_pipelines.definitions import definitions
 from synth_pipelines.evidence.flush import flush_evidence
 from synth_pipelines.storage.objectstore import open_object_store
 from tests.live_services import platform
@@ -38,13 +38,17 @@ def run_assets(key: str, assets: list[dg.AssetKey]) -> dg.ExecuteInProcessResult
     instance = dg.DagsterInstance.get()
     if not instance.has_dynamic_partition("batches", key):
         instance.add_dynamic_partitions("batches", [key])
-    return defs.resolve_job_def("training_batch").execute_in_process(
-        partition_key=key, instance=instance, raise_on_error=False, asset_selection=assets
+    return (
+        definitions(Settings())
+        .resolve_job_def("training_batch")
+        .execute_in_process(
+            partition_key=key, instance=instance, raise_on_error=False, asset_selection=assets
+        )
     )
 
 
 def flip_one_byte(chunk_key: str) -> None:
-    path = open_object_store(settings().objects_url).root / chunk_key
+    path = open_object_store(Settings().objects_url).root / chunk_key
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF
     path.chmod(0o644)
@@ -61,8 +65,9 @@ def test_tampered_evidence_fails_the_integrity_check_and_excludes_its_group(
         script_one_right_one_wrong(model_url)
         sampled = run_assets(key, UNTIL_ASSESSED)
         assert sampled.success, [e.message for e in sampled.all_events if e.is_failure]
-        flush_evidence(run.run_id)
-        with control_engine().connect() as conn:
+        config = Settings()
+        flush_evidence(config.proxy_url, config.signing_key_path, config.owner, run.run_id)
+        with control_engine(Settings()).connect() as conn:
             chunks = conn.execute(
                 select(evidence_chunks).where(evidence_chunks.c.batch == key)
             ).all()

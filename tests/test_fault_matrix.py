@@ -23,7 +23,7 @@ import dagster as dg
 import pytest
 
 from assets.sensors import batch_gate
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.evidence_chunk import EvidenceChunk
 from synth_pipelines.contracts.run_spec import batch_key
 from synth_pipelines.control.checkpoints import batch_checkpoint, run_checkpoints
@@ -31,7 +31,7 @@ from synth_pipelines.control.database import control_engine, engine_for
 from synth_pipelines.control.policy_updates import UnresolvedUpdateError, find_update, resolve
 from synth_pipelines.control.run_lifecycle import interrupt_run, resume_run
 from synth_pipelines.control.runs import get_run
-from synth_pipelines.definitions import defs
+from synth_pipelines.definitions import definitions
 from synth_pipelines.evidence.publisher import EvidencePublisher
 from synth_pipelines.evidence.spool import Spool
 from synth_pipelines.storage.objectstore import open_object_store
@@ -108,7 +108,7 @@ def _kill(cell: Cell, service: ModelServiceProcess, worker: RunWorker) -> None:
 
 
 def _resolve_if_required(cell: Cell, run_id: str) -> None:
-    engine = control_engine()
+    engine = control_engine(Settings())
     update = find_update(engine, run_id, batch_key(run_id, 0))
     assert (update.status if update else None) == cell.update_after_kill, update
     if cell.update_after_kill != "unresolved":
@@ -119,9 +119,13 @@ def _resolve_if_required(cell: Cell, run_id: str) -> None:
 
 
 def _resume(cell: Cell, run_id: str) -> None:
-    assert resume_run(control_engine(), run_id) == 0
+    assert resume_run(control_engine(Settings()), run_id) == 0
     instance = dg.DagsterInstance.get()
-    gate = batch_gate(dg.build_sensor_context(instance=instance, definitions=defs))
+    defs = definitions(Settings())
+    with dg.build_sensor_context(
+        instance=instance, definitions=defs, resources=defs.resources
+    ) as context:
+        gate = batch_gate(context)
     (request,) = [r for r in gate.run_requests if ".resume" in r.run_key]
     assert tuple(key.to_user_string() for key in request.asset_selection) == cell.resumes_at
     resumed = defs.resolve_job_def("training_batch").execute_in_process(
@@ -155,14 +159,12 @@ def learned_batch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LearnedB
             patch.setenv("SYNTH_MODEL_SERVICE_URL", service.url)
             with capture_proxy(service.url) as proxy:
                 patch.setenv("SYNTH_PROXY_URL", proxy.url)
-                settings.cache_clear()
                 script_one_right_one_wrong(service.url)
                 sampled = run_steps(run.run_id, 0, SAMPLING_STEPS)
                 assert sampled.success
         finally:
             service.stop()
-            control_engine().dispose()
-            settings.cache_clear()
+            control_engine(Settings()).dispose()
             engine_for.cache_clear()
     yield LearnedBatch(root, run.run_id)
 
@@ -177,7 +179,6 @@ def use_state(patch: pytest.MonkeyPatch, root: Path) -> None:
     patch.setenv("DAGSTER_HOME", str(home))
     patch.delenv("SYNTH_DATABASE_URL", raising=False)
     patch.delenv("SYNTH_OBJECT_STORE_URL", raising=False)
-    settings.cache_clear()
     engine_for.cache_clear()
 
 
@@ -191,8 +192,7 @@ def cell_state(learned_batch: LearnedBatch, tmp_path: Path, monkeypatch) -> Iter
     use_state(monkeypatch, tmp_path)
     monkeypatch.delenv("TINKER_BASE_URL", raising=False)
     yield learned_batch.run_id
-    control_engine().dispose()
-    settings.cache_clear()
+    control_engine(Settings()).dispose()
     engine_for.cache_clear()
 
 
@@ -208,12 +208,14 @@ def test_killed_learning_step_resumes_without_repeating_an_update_or_evidence(
     worker = RunWorker(tmp_path / "worker.log")
     try:
         monkeypatch.setenv("SYNTH_MODEL_SERVICE_URL", service.url)
-        settings.cache_clear()
         worker.start(run_id, 0, LEARNING_STEPS)
         wait_until_held(service, cell.hold, worker)
         _kill(cell, service, worker)
         interrupt_run(
-            control_engine(), run_id, f"the {cell.killed} died", {"batch": batch_key(run_id, 0)}
+            control_engine(Settings()),
+            run_id,
+            f"the {cell.killed} died",
+            {"batch": batch_key(run_id, 0)},
         )
         _resolve_if_required(cell, run_id)
         _resume(cell, run_id)
@@ -221,11 +223,11 @@ def test_killed_learning_step_resumes_without_repeating_an_update_or_evidence(
         worker.stop()
         service.stop()
 
-    (checkpoint,) = run_checkpoints(control_engine(), run_id)
+    (checkpoint,) = run_checkpoints(control_engine(Settings()), run_id)
     assert (checkpoint.optimizer_steps, checkpoint.dataset_cursor) == (1, 1)
     assert applied_optimizer_steps(checkpoint.state_path) == 1
     assert acknowledged_updates(run_id) == 1
-    assert get_run(control_engine(), run_id).status == "succeeded"
+    assert get_run(control_engine(Settings()), run_id).status == "succeeded"
     evidence = audit_evidence(run_id)
     attempts = PLAN["groups_per_batch"] * PLAN["attempts_per_group"]
     assert evidence.rows == evidence.unique_call_ids == evidence.calls_in_chunks
@@ -256,7 +258,7 @@ def _bound_sampler(batch: str) -> str | None:
 def test_daemon_killed_after_a_checkpoint_admits_the_next_batch_once_bound_to_it(
     state, tmp_path, monkeypatch
 ):
-    engine = control_engine()
+    engine = control_engine(Settings())
     monkeypatch.delenv("TINKER_BASE_URL", raising=False)
     run = accept_training(training_dataset(tmp_path), {**PLAN, "batches": 2})
     first, second = DagsterDaemon(tmp_path / "daemon.log"), DagsterDaemon(tmp_path / "daemon.log")
@@ -266,7 +268,6 @@ def test_daemon_killed_after_a_checkpoint_admits_the_next_batch_once_bound_to_it
         monkeypatch.setenv("SYNTH_MODEL_SERVICE_URL", service.url)
         with capture_proxy(service.url) as proxy:
             monkeypatch.setenv("SYNTH_PROXY_URL", proxy.url)
-            settings.cache_clear()
             script_one_right_one_wrong(service.url, batches=2)
             first.start()
             checkpoint = wait_for(
@@ -319,8 +320,10 @@ def test_publisher_killed_between_commit_and_report_reports_the_chunk_after_rest
     assert publisher_killed_at_report(state / "spool") == -signal.SIGKILL
 
     reported: list[EvidenceChunk] = []
-    store = open_object_store(settings().objects_url)
-    EvidencePublisher(spool, store, control_engine(), report=reported.append).publish_pending()
+    store = open_object_store(Settings().objects_url)
+    EvidencePublisher(
+        spool, store, control_engine(Settings()), report=reported.append
+    ).publish_pending()
 
     assert [(chunk.attempt_id, chunk.calls) for chunk in reported] == [("a-report", 3)]
     evidence = audit_evidence("r-report")

@@ -13,6 +13,7 @@ import json
 
 import pytest
 
+from synth_pipelines.config import Settings
 from synth_pipelines.control.checkpoints import run_checkpoints
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.policy_updates import run_updates
@@ -48,7 +49,7 @@ def test_grpo_raises_the_training_reward_of_a_real_model_without_a_warm_start(
             result = run_batch(run, index)
             assert result.success, [e.message for e in result.all_events if e.is_failure]
     assert refreshed(run).status == "succeeded"
-    engine = control_engine()
+    engine = control_engine(Settings())
     updates = run_updates(engine, run.run_id)
     rewards = [update.metrics.reward_mean for update in updates]
     summary = json.dumps(

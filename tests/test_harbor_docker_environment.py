@@ -14,8 +14,9 @@ import pytest
 from harbor.models.task.config import NetworkMode, NetworkPolicy
 from harbor.models.task.task import Task
 from harbor.models.trial.paths import TrialPaths
-from sandbox_support import host_settings, isolated_state, run_trial
+from sandbox_support import isolated_state, run_trial
 
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.plan import EnvironmentChoice, ExecutionSettings
 from synth_pipelines.runtime.docker_environment import (
     IMPORT_PATH,
@@ -24,7 +25,7 @@ from synth_pipelines.runtime.docker_environment import (
     base_references,
 )
 from synth_pipelines.runtime.harbor_trials import environment_config
-from synth_pipelines.services.dockerd import daemon
+from synth_pipelines.services.dockerd import DockerDaemon
 
 REPOS = Path(__file__).resolve().parent.parent / "datasets" / "repos"
 TASK = REPOS / "idna-domain-length"
@@ -38,7 +39,8 @@ def state_dir(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def dockerd():
     """The platform's daemon, stopped afterwards when these tests started it."""
-    docker = daemon()
+    config = Settings()
+    docker = DockerDaemon.of(config.images_dir, config.project_root)
     was_running = docker.running()
     docker.ensure()
     yield docker
@@ -49,19 +51,23 @@ def dockerd():
 def docker_environment(task: Path, trial_dir: Path, **policies) -> OfflineDockerEnvironment:
     paths = TrialPaths(trial_dir)
     paths.mkdir()
+    config = Settings()
     return OfflineDockerEnvironment(
         environment_dir=task / "environment",
         environment_name=task.name,
         session_id=f"{trial_dir.name}__env",
         trial_paths=paths,
         task_env_config=Task(task).config.environment,
+        images_dir=config.images_dir,
+        project_root=config.project_root,
+        debian_mirror=config.debian_mirror,
         **policies,
     )
 
 
 def test_the_docker_provider_selects_harbors_docker_environment():
     settings = ExecutionSettings(environment=EnvironmentChoice(provider="docker"))
-    assert environment_config(settings, host=host_settings()).import_path == IMPORT_PATH
+    assert environment_config(settings, Settings()).import_path == IMPORT_PATH
 
 
 def test_the_bases_of_a_multi_stage_dockerfile_skip_its_own_stages(tmp_path):
@@ -119,7 +125,7 @@ def test_a_base_no_builder_can_make_offline_is_refused_naming_it(tmp_path, docke
 @pytest.mark.slow
 def test_a_repository_task_runs_in_harbors_docker_environment(tmp_path, dockerd):
     environment = environment_config(
-        ExecutionSettings(environment=EnvironmentChoice(provider="docker")), host=host_settings()
+        ExecutionSettings(environment=EnvironmentChoice(provider="docker")), Settings()
     )
     fixed = run_trial(TASK, tmp_path / "oracle", "oracle", environment=environment)
     assert fixed.exception_info is None, fixed.exception_info

@@ -35,7 +35,7 @@ import pytest
 from sqlalchemy import func, select
 
 from synth_pipelines.agents.session import TOKEN_GRACE_SEC
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.contracts.run_spec import DatasetPin, RunRequest
 from synth_pipelines.contracts.scoped_token import TokenClaims
@@ -269,10 +269,10 @@ def hostile_dataset(root: Path, targets: dict) -> Path:
 
 
 def accept_hostile_eval():
-    engine = control_engine()
+    engine = control_engine(Settings())
     dataset = get_dataset(engine, "test/one@v1")
     request = RunRequest(
-        owner=settings().owner,
+        owner=Settings().owner,
         dataset=DatasetPin(
             name=dataset.name,
             version=dataset.version,
@@ -299,13 +299,13 @@ def plant_secrets(root: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[dict, di
     aws = home / ".aws" / "credentials"
     aws.write_text(f"[default]\naws_secret_access_key = {values['aws']}\n")
     monkeypatch.setenv("HOME", str(home))
-    state_secret = settings().state_dir / "operator-secret.txt"
+    state_secret = Settings().state_dir / "operator-secret.txt"
     state_secret.parent.mkdir(parents=True, exist_ok=True)
     state_secret.write_text(values["state"])
     files = {
         "state_dir_secret": state_secret,
         "aws_credentials": aws,
-        "signing_key": settings().signing_key_path,
+        "signing_key": Settings().signing_key_path,
         "project_checkout": PROJECT_ROOT / "pyproject.toml",
         "shadow": Path("/etc/shadow"),
     }
@@ -323,7 +323,6 @@ def hostile(tmp_path_factory) -> Iterator[HostileRun]:
         monkeypatch.setenv("DAGSTER_HOME", str(home))
         monkeypatch.delenv("SYNTH_DATABASE_URL", raising=False)
         monkeypatch.delenv("SYNTH_OBJECT_STORE_URL", raising=False)
-        settings.cache_clear()
         engine_for.cache_clear()
         values, files = plant_secrets(root, monkeypatch)
         dagster, postgres = listener(), listener()
@@ -390,18 +389,17 @@ def hostile(tmp_path_factory) -> Iterator[HostileRun]:
             host_files=files,
             evidence_attempts=attempts,
             trial_text=trial_text,
-            token_claims=verify_token(load_signing_key(settings().signing_key_path), token),
+            token_claims=verify_token(load_signing_key(Settings().signing_key_path), token),
             replay=replay,
             evidence_calls_before_replay=before,
             evidence_calls_after_replay=after,
             key_description=targets["key_description"],
         )
-        settings.cache_clear()
         engine_for.cache_clear()
 
 
 def evidence_attempts(run_id: str) -> set[str]:
-    with control_engine().connect() as conn:
+    with control_engine(Settings()).connect() as conn:
         return set(
             conn.execute(
                 select(evidence_chunks.c.attempt_id).where(evidence_chunks.c.run_id == run_id)
@@ -410,7 +408,7 @@ def evidence_attempts(run_id: str) -> set[str]:
 
 
 def evidence_call_count(attempt_id: str) -> int:
-    with control_engine().connect() as conn:
+    with control_engine(Settings()).connect() as conn:
         return conn.execute(
             select(func.count()).where(evidence_calls.c.attempt_id == attempt_id)
         ).scalar_one()

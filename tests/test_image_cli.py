@@ -15,7 +15,7 @@ import pytest
 from sandbox_support import make_task, requires_cgroups
 
 from synth_pipelines.cli.json_documents import schema
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.sandbox.bases import KNOWN_BASES, BaseImages
 from synth_pipelines.sandbox.layers import LayerStore
 from tests.conftest import PROJECT_ROOT
@@ -28,7 +28,7 @@ BASE = "python:3.11-slim"
 def images_dir(tmp_path):
     """An image cache of its own (prune must not touch the suite's), holding only the
     base's tarball from the suite's cache (made there first if it is not)."""
-    shared = settings().images_dir
+    shared = Settings().images_dir
     base = KNOWN_BASES[BASE]
     tarball = asyncio.run(BaseImages(shared, LayerStore(shared / "layers")).tarball(base))
     own = tmp_path / "images"

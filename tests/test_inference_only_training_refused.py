@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 from typer.testing import CliRunner
 
 from synth_pipelines.cli.main import app
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.control import schema
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.rendering.model_registry import (
@@ -37,7 +37,7 @@ JUDGE_ENTRY = ModelEntry(
 
 
 def _written() -> dict[str, int]:
-    with control_engine().connect() as connection:
+    with control_engine(Settings()).connect() as connection:
         return {
             table.name: connection.scalar(select(func.count()).select_from(table))
             for table in (schema.runs, schema.run_events, schema.profile_versions)
@@ -58,7 +58,6 @@ def test_training_an_inference_only_model_is_refused(state, tmp_path, monkeypatc
     # Nothing behind the tinker routes: the refusal needs only the proxy's registry.
     with capture_proxy("http://127.0.0.1:9", registry=registry) as proxy:
         monkeypatch.setenv("SYNTH_PROXY_URL", proxy.url)
-        settings.cache_clear()
         before = _written()
         refused = CliRunner().invoke(
             app,

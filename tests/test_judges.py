@@ -7,7 +7,7 @@ import json
 import dagster as dg
 import pytest
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.assessment import Assessment
 from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.contracts.run_spec import batch_key
@@ -15,7 +15,7 @@ from synth_pipelines.contracts.table import parquet_to_table
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.runs import get_run
 from synth_pipelines.control.table_outputs import table_history
-from synth_pipelines.definitions import defs
+from synth_pipelines.definitions import definitions
 from synth_pipelines.evidence.reader import read_attempt_evidence
 from synth_pipelines.runtime.assessment_comparison import agreements, assessment_sets
 from synth_pipelines.runtime.regrade import RegradeRefusedError, check_regradable, task_dirs_for
@@ -68,7 +68,7 @@ def judge(strict: bool = False) -> dict:
 
 
 def _assessments(run, version: int = -1) -> list[Assessment]:
-    engine, store = control_engine(), open_object_store(settings().objects_url)
+    engine, store = control_engine(Settings()), open_object_store(Settings().objects_url)
     ref = table_history(engine, "assessments", batch_key(run.run_id, 0))[version]
     return Assessment.from_table(parquet_to_table(store.get(ref.key, expected_sha256=ref.sha256)))
 
@@ -89,7 +89,7 @@ def test_evaluation_with_an_explicit_judge(state, tmp_path, monkeypatch):
     assert verdict.rationale.strip() == "VERSION holds the release"
     (outcome,) = trial_outcomes(run)
     calls = read_attempt_evidence(
-        control_engine(), open_object_store(settings().objects_url), [outcome.attempt_id]
+        control_engine(Settings()), open_object_store(Settings().objects_url), [outcome.attempt_id]
     ).calls[outcome.attempt_id]
     assert calls and {c.role for c in calls} == {"judge"}
 
@@ -97,11 +97,15 @@ def test_evaluation_with_an_explicit_judge(state, tmp_path, monkeypatch):
 def _regrade(run, judge_document: dict | None, regrade_id: str) -> dg.ExecuteInProcessResult:
     pinned = PinnedProfile.from_document(judge_document) if judge_document else None
     config = {"regrade_id": regrade_id, "judge": pinned.model_dump_json() if pinned else ""}
-    return defs.resolve_job_def("evaluation_batch").execute_in_process(
-        partition_key=batch_key(run.run_id, 0),
-        instance=dg.DagsterInstance.get(),
-        asset_selection=[dg.AssetKey("assessments")],
-        run_config={"ops": {"batch": {"config": config}}},
+    return (
+        definitions(Settings())
+        .resolve_job_def("evaluation_batch")
+        .execute_in_process(
+            partition_key=batch_key(run.run_id, 0),
+            instance=dg.DagsterInstance.get(),
+            asset_selection=[dg.AssetKey("assessments")],
+            run_config={"ops": {"batch": {"config": config}}},
+        )
     )
 
 
@@ -115,7 +119,7 @@ def test_regrade_assesses_retained_work_without_running_the_actor(state, tmp_pat
         (outcome,) = trial_outcomes(run)
         assert _regrade(run, judge(), "rg-lenient").success
         assert _regrade(run, judge(strict=True), "rg-strict").success
-    engine = control_engine()
+    engine = control_engine(Settings())
     assert len(table_history(engine, "trials", batch_key(run.run_id, 0))) == 1
     assert trial_outcomes(run) == [outcome]
     by_verifier, lenient, strict = (_assessments(run, n)[0] for n in range(3))
@@ -125,7 +129,7 @@ def test_regrade_assesses_retained_work_without_running_the_actor(state, tmp_pat
         assert verdict.source_trial_id == outcome.trial_id
         assert verdict.artifacts_digest == outcome.artifacts_digest
     sets = assessment_sets(
-        engine, open_object_store(settings().objects_url), get_run(engine, run.run_id)
+        engine, open_object_store(Settings().objects_url), get_run(engine, run.run_id)
     )
     assert [s.label for s in sets] == [
         "task-verifier (in trial)",
@@ -145,7 +149,7 @@ def test_a_task_whose_verifier_needs_the_live_environment_is_refused(state, tmp_
     config.write_text(
         config.read_text().replace('environment_mode = "separate"', 'environment_mode = "shared"')
     )
-    engine, store = control_engine(), open_object_store(settings().objects_url)
+    engine, store = control_engine(Settings()), open_object_store(Settings().objects_url)
     publish(dataset)
     run = accept(profile_document("oracle.json"))
     with pytest.raises(

@@ -10,10 +10,10 @@ import dagster as dg
 import pytest
 from dagster_graphql import DagsterGraphQLClient
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.runs import get_run, list_runs
-from synth_pipelines.definitions import defs
+from synth_pipelines.definitions import definitions
 from synth_pipelines.registry.datasets import publish_dataset
 from synth_pipelines.storage.objectstore import open_object_store
 from tests.conftest import SAMPLE_DATASET
@@ -75,10 +75,10 @@ def test_launched_experiment_is_the_cli_run_and_completes(production):
     )
     assert from_cli.returncode == 0, from_cli.stderr
     assert json.loads(from_cli.stdout)["run_id"] == run_id
-    assert [run.run_id for run in list_runs(control_engine())] == [run_id]
+    assert [run.run_id for run in list_runs(control_engine(Settings()))] == [run_id]
 
     deadline = time.monotonic() + 480
-    while (run := get_run(control_engine(), run_id)).status in ("accepted", "running"):
+    while (run := get_run(control_engine(Settings()), run_id)).status in ("accepted", "running"):
         if time.monotonic() > deadline:
             pytest.fail(f"run {run_id} was still {run.status} after 480 s")
         time.sleep(1)
@@ -88,8 +88,8 @@ def test_launched_experiment_is_the_cli_run_and_completes(production):
 
 def test_launch_with_an_invalid_plan_fails_with_the_reason_and_accepts_nothing(state):
     publish_dataset(
-        control_engine(),
-        open_object_store(settings().objects_url),
+        control_engine(Settings()),
+        open_object_store(Settings().objects_url),
         SAMPLE_DATASET,
         "synth/sample",
         "v1",
@@ -101,14 +101,18 @@ def test_launch_with_an_invalid_plan_fails_with_the_reason_and_accepts_nothing(s
         "plan": json.dumps({"kind": "eval", "tasks_per_batch": 0}),
     }
     with dg.DagsterInstance.get() as instance:
-        result = defs.resolve_job_def("launch_experiment").execute_in_process(
-            run_config={"ops": {"accepted_run": {"config": experiment}}},
-            instance=instance,
-            raise_on_error=False,
+        result = (
+            definitions(Settings())
+            .resolve_job_def("launch_experiment")
+            .execute_in_process(
+                run_config={"ops": {"accepted_run": {"config": experiment}}},
+                instance=instance,
+                raise_on_error=False,
+            )
         )
     assert not result.success
     (failure,) = [event for event in result.all_events if event.is_step_failure]
     description = failure.step_failure_data.user_failure_data.description
     assert description.startswith("plan ")
     assert "tasks_per_batch" in description and "greater than or equal to 1" in description
-    assert list_runs(control_engine()) == []
+    assert list_runs(control_engine(Settings())) == []

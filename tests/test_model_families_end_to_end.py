@@ -27,7 +27,7 @@ import pytest
 import tinker
 from sqlalchemy import Engine, select
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.messages import CountTokensRequest, MessagesRequest
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.schema import evidence_calls
@@ -116,12 +116,14 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
     with module_state(root), pytest.MonkeyPatch.context() as patch:
         patch.setenv("TINKER_TELEMETRY", "0")
         app = create_app(
-            tuple(FAMILY_TINY_MODELS.values()), scripted=True, max_loaded=len(FAMILY_TINY_MODELS)
+            tuple(FAMILY_TINY_MODELS.values()),
+            scripted=True,
+            object_store_url=Settings().objects_url,
+            max_loaded=len(FAMILY_TINY_MODELS),
         )
         with serving(app) as model_url, capture_proxy(model_url) as proxy:
             patch.setenv("SYNTH_PROXY_URL", proxy.url)
             patch.setenv("SYNTH_MODEL_SERVICE_URL", model_url)
-            settings.cache_clear()
             client = tinker.ServiceClient(base_url=model_url, api_key="tml-test")
             try:
                 yield Services(model_url, proxy, client)
@@ -166,7 +168,7 @@ def test_claude_code_runs_a_task_through_each_family_model(services, tmp_path, f
     model, proxy = FAMILY_TINY_MODELS[family], services.proxy
     task = one_task_dataset(tmp_path, "update-version-file") / "update-version-file"
     set_script(services.model_url, _script(family))
-    engine = control_engine()
+    engine = control_engine(Settings())
     earlier = _captured_attempts(engine)
     done = _agent_run(model, task, tmp_path / "out", proxy.url)
     assert done.returncode == 0, done.stderr
@@ -177,7 +179,7 @@ def test_claude_code_runs_a_task_through_each_family_model(services, tmp_path, f
     proxy.flush()
     attempt = ran["attempt_id"]
     assert _captured_attempts(engine) - earlier == {attempt}
-    evidence = read_attempt_evidence(engine, open_object_store(settings().objects_url), [attempt])
+    evidence = read_attempt_evidence(engine, open_object_store(Settings().objects_url), [attempt])
     assert evidence.problems == {}
     calls = evidence.calls[attempt]
     assert [call.stop_reason for call in calls] == ["tool_use", "end_turn"]

@@ -9,7 +9,6 @@ from typer.testing import CliRunner
 
 from synth_pipelines.cli.json_documents import ServedModelDocument
 from synth_pipelines.cli.main import app
-from synth_pipelines.config import settings
 from synth_pipelines.rendering.model_registry import ModelInfo, ModelRegistry
 
 JUDGE = {
@@ -34,7 +33,6 @@ def test_registry_file_adds_an_inference_only_route_beside_the_built_in_models(
     registry.parent.mkdir(parents=True, exist_ok=True)
     registry.write_text(json.dumps([JUDGE]))
     monkeypatch.setenv("SYNTH_MODEL_REGISTRY", str(registry))
-    settings.cache_clear()
 
     listed = CliRunner().invoke(app, ["model", "list", "--json"])
 
@@ -72,7 +70,6 @@ def test_an_invalid_registry_file_is_one_line_exit_2(state, monkeypatch) -> None
     bad.parent.mkdir(parents=True, exist_ok=True)
     bad.write_text(json.dumps([{**JUDGE, "trainable": True}]))
     monkeypatch.setenv("SYNTH_MODEL_REGISTRY", str(bad))
-    settings.cache_clear()
 
     listed = CliRunner().invoke(app, ["model", "list"])
 

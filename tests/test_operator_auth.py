@@ -31,7 +31,6 @@ from sqlalchemy import create_engine, text
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from synth_pipelines.config import settings
 from synth_pipelines.control.database import engine_for
 from synth_pipelines.services.supervisor import Service, start, stop
 from tests.agent_runs import evaluate, one_task_dataset, profile_document
@@ -205,10 +204,8 @@ def gateway_state(gateway, monkeypatch) -> Gateway:
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("SYNTH_DATABASE_URL", raising=False)
     monkeypatch.delenv("SYNTH_OBJECT_STORE_URL", raising=False)
-    settings.cache_clear()
     engine_for.cache_clear()
     yield gateway
-    settings.cache_clear()
     engine_for.cache_clear()
 
 

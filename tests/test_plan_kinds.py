@@ -5,6 +5,7 @@ from collections import Counter
 
 import pytest
 
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.run_spec import batch_key
 from synth_pipelines.contracts.trial import TrialOutcome
 from synth_pipelines.control.database import control_engine
@@ -65,7 +66,7 @@ def test_evaluation_never_creates_an_optimizer_or_datums(state, tmp_path, monkey
     assert run.status == "succeeded"
     assert calls["/asample"] >= 4
     assert not any(calls[path] for path in TRAINING_CALLS)
-    engine = control_engine()
+    engine = control_engine(Settings())
     assert current_table_ref(engine, "assessments", key) is not None
     for asset in ("qualified_groups", "datums"):
         assert current_table_ref(engine, asset, key) is None
@@ -77,7 +78,7 @@ def test_unscored_execution_returns_artifacts_and_no_assessment(state, tmp_path,
     key = batch_key(run.run_id, 0)
     assert run.status == "succeeded"
     assert not any(calls[path] for path in TRAINING_CALLS)
-    assert current_table_ref(control_engine(), "assessments", key) is None
+    assert current_table_ref(control_engine(Settings()), "assessments", key) is None
     outcomes: list[TrialOutcome] = trial_outcomes(run)
     assert len(outcomes) == 2
     for outcome in outcomes:

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.outcome_classes import AGENT_OUTCOMES, TASK_ERRORS, error_class
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import read_events
@@ -82,12 +82,12 @@ def test_a_run_whose_model_nobody_serves_is_refused_at_submission(state, tmp_pat
         for fragment in fragments:
             assert fragment in lines[0], lines[0]
     assert served.returncode == 0, served.stderr
-    accepted = list_runs(control_engine())
+    accepted = list_runs(control_engine(Settings()))
     assert [run.run_id for run in accepted] == [json.loads(served.stdout)["run_id"]]
     # With the proxy down, nothing can be checked, and nothing is accepted either.
     down = synth(*start, *plan)
     assert down.returncode == 2 and "is not reachable" in down.stderr, down.stderr
-    assert len(list_runs(control_engine())) == 1
+    assert len(list_runs(control_engine(Settings()))) == 1
 
 
 @pytest.mark.slow
@@ -100,11 +100,10 @@ def test_a_model_that_disappears_mid_run_leaves_platform_errors_not_failures(
         with capture_proxy(service.url, backend_timeout_sec=3.0) as proxy:
             monkeypatch.setenv("SYNTH_PROXY_URL", proxy.url)
             monkeypatch.setenv("SYNTH_MODEL_SERVICE_URL", service.url)
-            settings.cache_clear()
             script_one_right_one_wrong(service.url)
             publish(training_dataset(tmp_path))
             run = accept(profile_document("builtin.json"), attempts=2)
-            engine = control_engine()
+            engine = control_engine(Settings())
 
             def kill_after_the_first_attempt() -> None:
                 while not read_events(engine, run_id=run.run_id, kinds=("attempt.finished",)):
@@ -117,7 +116,7 @@ def test_a_model_that_disappears_mid_run_leaves_platform_errors_not_failures(
             killer.join(timeout=60)
     finally:
         service.stop()
-    results = collect_results(engine, open_object_store(settings().objects_url), finished)
+    results = collect_results(engine, open_object_store(Settings().objects_url), finished)
     summary = results.summary
     assert finished.status == "succeeded"
     assert summary.attempts == 4

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.admission_lease import ResourceDemand
 from synth_pipelines.contracts.plan import ResourceBudget
 from synth_pipelines.control.database import control_engine
@@ -51,7 +51,7 @@ def hold_attempts(log: str, attempts: int, max_active: int, hold_sec: float) -> 
             out.flush()
 
     async def attempts_together() -> None:
-        admission = PoolAdmission(control_engine(), pool_of(max_active))
+        admission = PoolAdmission(control_engine(Settings()), pool_of(max_active))
         with open(log, "w") as out:
             await asyncio.gather(*(attempt(admission, index, out) for index in range(attempts)))
 
@@ -62,7 +62,7 @@ def hold_forever(ttl_sec: float) -> None:
     """Run in a separate process: hold one admission until killed."""
 
     async def holding() -> None:
-        admission = PoolAdmission(control_engine(), pool_of(1, ttl_sec))
+        admission = PoolAdmission(control_engine(Settings()), pool_of(1, ttl_sec))
         async with admission.admit(DEMAND, "the doomed attempt", attempt_id="doomed"):
             print("held", flush=True)
             await asyncio.Event().wait()
@@ -103,9 +103,8 @@ def control_database(request, state: Path, monkeypatch: pytest.MonkeyPatch) -> s
     if request.param == "postgresql":
         url = request.getfixturevalue("postgres_server").create_database("pool")
         monkeypatch.setenv("SYNTH_DATABASE_URL", url)
-        settings.cache_clear()
     # The schema exists before the processes start, so what they race for is the pool.
-    control_engine()
+    control_engine(Settings())
     return request.param
 
 
@@ -119,7 +118,7 @@ def test_three_processes_never_hold_more_than_the_pool(control_database, tmp_pat
     intervals = [interval for log in logs for interval in logged_intervals(log)]
     assert len(intervals) == 12
     assert most_at_once(intervals) == 2
-    assert control_engine().dialect.name == control_database
+    assert control_engine(Settings()).dialect.name == control_database
 
 
 def _pool_show() -> dict:
@@ -137,7 +136,6 @@ def test_a_killed_holders_lease_is_reclaimed_once_it_expires(
 ):
     monkeypatch.setenv("SYNTH_ADMISSION_POOL", POOL)
     monkeypatch.setenv("SYNTH_POOL_MAX_ACTIVE_ATTEMPTS", "1")
-    settings.cache_clear()
     holder = python_process("hold_forever(ttl_sec=2)", stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline() == "held\n"
@@ -151,7 +149,9 @@ def test_a_killed_holders_lease_is_reclaimed_once_it_expires(
     killed_at = datetime.now(UTC)
 
     async def admitted_at() -> datetime:
-        async with PoolAdmission(control_engine(), pool_of(1, ttl_sec=2)).admit(DEMAND, "next"):
+        async with PoolAdmission(control_engine(Settings()), pool_of(1, ttl_sec=2)).admit(
+            DEMAND, "next"
+        ):
             return datetime.now(UTC)
 
     admitted = asyncio.run(admitted_at())
@@ -169,7 +169,7 @@ def run_worker(run_id: str, ready: str, go: str) -> None:
     from synth_pipelines.control.runs import get_run
     from tests.agent_runs import run_batches
 
-    run = get_run(control_engine(), run_id)
+    run = get_run(control_engine(Settings()), run_id)
     Path(ready).touch()
     while not Path(go).exists():
         time.sleep(0.05)
@@ -210,7 +210,6 @@ def test_two_run_workers_take_turns_within_one_pool(
         "SYNTH_POOL_STORAGE_MB": "8192",
     }.items():
         monkeypatch.setenv(name, value)
-    settings.cache_clear()
     publish(one_task_dataset(tmp_path, "write-robots-txt"))
     run_ids = [_accept_evaluation(), _accept_evaluation()]
     go = tmp_path / "go"
@@ -229,7 +228,7 @@ def test_two_run_workers_take_turns_within_one_pool(
     go.touch()
     assert [worker.wait(timeout=240) for worker in workers] == [0, 0]
 
-    engine = control_engine()
+    engine = control_engine(Settings())
     intervals = {
         run_id: [
             (outcome.started_at.timestamp(), outcome.finished_at.timestamp())
@@ -261,7 +260,6 @@ def test_a_regrade_waits_for_the_pool_like_an_attempt(
 
     monkeypatch.setenv("SYNTH_ADMISSION_POOL", POOL)
     monkeypatch.setenv("SYNTH_POOL_MAX_ACTIVE_ATTEMPTS", "1")
-    settings.cache_clear()
     with platform(monkeypatch):
         run = evaluate(
             one_task_dataset(tmp_path, "update-version-file"), profile_document("oracle.json")
@@ -275,7 +273,7 @@ def test_a_regrade_waits_for_the_pool_like_an_attempt(
                 target=lambda: results.append(_regrade(run, None, "rg-pool").success)
             )
             regrading.start()
-            engine, deadline = control_engine(), time.monotonic() + 120
+            engine, deadline = control_engine(Settings()), time.monotonic() + 120
             while not any(
                 lease.attempt_id == outcome.attempt_id for lease in pool_leases(engine, POOL)
             ):
@@ -292,4 +290,4 @@ def test_a_regrade_waits_for_the_pool_like_an_attempt(
             holder.wait()
         regrading.join(timeout=240)
     assert results == [True]
-    assert pool_leases(control_engine(), POOL) == []
+    assert pool_leases(control_engine(Settings()), POOL) == []

@@ -13,7 +13,7 @@ import time
 import dagster as dg
 import pytest
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.trial import TrialOutcome
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import read_events
@@ -48,7 +48,7 @@ def _start(production, key: str, max_tasks: int, tasks_per_batch: int) -> dict:
 def _wait_for_event(run_id: str, kind: str, timeout_sec: float = 300) -> None:
     deadline = time.monotonic() + timeout_sec
     while time.monotonic() < deadline:
-        if read_events(control_engine(), run_id=run_id, kinds=(kind,), limit=1):
+        if read_events(control_engine(Settings()), run_id=run_id, kinds=(kind,), limit=1):
             return
         time.sleep(0.5)
     pytest.fail(f"run {run_id} recorded no {kind} event within {timeout_sec:.0f} s")
@@ -80,7 +80,7 @@ def test_evaluation_completes_with_every_object_in_s3(production):
     assert summary["summary"]["attempts"] == 2 and summary["summary"]["pass_rate"] == 1.0
     assert summary["trial_records"].startswith(f"s3://{production.environment.bucket}/")
 
-    engine, config = control_engine(), settings()
+    engine, config = control_engine(Settings()), Settings()
     store = open_object_store(config.objects_url, endpoint_url=config.s3_endpoint_url)
     bucket = production.environment.bucket
     bucket_keys = production.environment.s3.keys(bucket, "platform/")
@@ -120,7 +120,7 @@ def test_killing_the_webserver_and_daemon_mid_run_loses_nothing(production):
 
     stopped = wait_until_stopped(run_id)
     assert stopped.status == "succeeded"
-    events = read_events(control_engine(), run_id=run_id)
+    events = read_events(control_engine(Settings()), run_id=run_id)
     kinds = [event.kind for event in events]
     assert kinds[0] == "run.accepted" and kinds[-1] == "run.succeeded"
     assert kinds.count("batch.started") == kinds.count("batch.completed") == 2
@@ -157,7 +157,9 @@ def test_a_crashed_run_worker_interrupts_the_run_visibly(production):
 
     stopped = wait_until_stopped(run_id)
     assert stopped.status == "interrupted"
-    (interruption,) = read_events(control_engine(), run_id=run_id, kinds=("run.interrupted",))
+    (interruption,) = read_events(
+        control_engine(Settings()), run_id=run_id, kinds=("run.interrupted",)
+    )
     assert interruption.data["dagster_run_id"] == batch_run.run_id
     assert interruption.data["batch"] == f"{run_id}.b0000"
     shown = production.synth("run", "show", run_id, "--json")

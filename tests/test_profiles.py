@@ -5,6 +5,7 @@ import json
 import pytest
 from sqlalchemy import update
 
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.profile import PinnedProfile, ProfileDigestError
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.schema import profile_versions
@@ -33,7 +34,7 @@ def test_identity_is_the_canonical_bytes_not_the_formatting():
 
 
 def test_republishing_different_bytes_is_refused_and_identical_bytes_is_a_no_op(state):
-    engine = control_engine()
+    engine = control_engine(Settings())
     first, created = publish_profile(engine, _document(), "tester")
     again, created_again = publish_profile(engine, _document(), "tester")
     assert created and not created_again and first.pinned == again.pinned
@@ -43,7 +44,7 @@ def test_republishing_different_bytes_is_refused_and_identical_bytes_is_a_no_op(
 
 
 def test_digest_tampering_is_detected(state):
-    engine = control_engine()
+    engine = control_engine(Settings())
     published, _ = publish_profile(engine, _document(), "tester")
     altered = published.pinned.canonical.replace("Bash,Read,Edit,Write", "Bash")
     with pytest.raises(ProfileDigestError, match="was altered"):
@@ -55,7 +56,7 @@ def test_digest_tampering_is_detected(state):
 
 
 def test_an_experiment_keeps_the_version_it_selected(state):
-    engine = control_engine()
+    engine = control_engine(Settings())
     publish_profile(engine, _document(), "tester")
     selected = get_profile(engine, "synth/claude-code@1").pinned
     publish_profile(engine, {**_document(), "version": "2", "args": []}, "tester")

@@ -13,7 +13,6 @@ import httpx
 import pytest
 
 from proxy.token_limits import Allowance
-from synth_pipelines.config import settings
 from synth_pipelines.control.database import engine_for
 from synth_pipelines.rendering.model_registry import ModelRegistry
 from tests.conftest import PROJECT_ROOT
@@ -57,12 +56,10 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
         monkeypatch.setenv("DAGSTER_HOME", str(home))
         monkeypatch.delenv("SYNTH_DATABASE_URL", raising=False)
         monkeypatch.delenv("SYNTH_OBJECT_STORE_URL", raising=False)
-        settings.cache_clear()
         engine_for.cache_clear()
         with platform(monkeypatch) as (model_url, proxy):
             set_script(model_url, [{"completion": "still serving", "repeat": True}])
             yield proxy
-    settings.cache_clear()
     engine_for.cache_clear()
 
 

@@ -15,7 +15,7 @@ import tinker
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.interaction import Interaction
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.evidence.reader import read_attempt_evidence
@@ -34,7 +34,7 @@ from tests.live_services import (
 def _check_capture(proxy, model_url, attempt: str, *, main_only: bool = True) -> list[Interaction]:
     proxy.flush()
     evidence = read_attempt_evidence(
-        control_engine(), open_object_store(settings().objects_url), [attempt]
+        control_engine(Settings()), open_object_store(Settings().objects_url), [attempt]
     )
     assert evidence.problems == {}
     calls = evidence.calls[attempt]

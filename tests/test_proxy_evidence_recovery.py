@@ -10,7 +10,7 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.interaction import Interaction
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.schema import evidence_calls, evidence_chunks
@@ -23,7 +23,7 @@ from tests.production_services import free_port
 
 
 def _counts() -> tuple[int, int]:
-    with control_engine().connect() as conn:
+    with control_engine(Settings()).connect() as conn:
         calls = conn.execute(select(func.count()).select_from(evidence_calls)).scalar_one()
         chunks = conn.execute(select(func.count()).select_from(evidence_chunks)).scalar_one()
     return calls, chunks
@@ -38,7 +38,7 @@ def test_kill_between_staging_and_publishing_publishes_every_call_exactly_once(s
         from proxy.server import proxy_config
         from tests.live_services import Proxy
 
-        token = Proxy("", proxy_config(settings())).token(run="r-kill", attempt="a-kill")
+        token = Proxy("", proxy_config(Settings())).token(run="r-kill", attempt="a-kill")
         client = anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key=token)
         answers = [
             client.messages.create(
@@ -66,9 +66,9 @@ def test_kill_between_staging_and_publishing_publishes_every_call_exactly_once(s
 
     calls, chunks = _counts()
     assert calls == 6
-    store = open_object_store(settings().objects_url)
+    store = open_object_store(Settings().objects_url)
     assert len(list(store.list("evidence"))) == chunks
-    evidence = read_attempt_evidence(control_engine(), store, ["a-kill"])
+    evidence = read_attempt_evidence(control_engine(Settings()), store, ["a-kill"])
     assert evidence.problems == {}
     published = evidence.calls["a-kill"]
     assert sorted(f"msg_{c.call_id}" for c in published) == sorted(answers)
@@ -112,7 +112,7 @@ def _interaction(n: int) -> Interaction:
 
 def test_publisher_completes_an_interrupted_chunk_without_duplicating_it(state):
     spool = Spool(state / "spool")
-    store = open_object_store(settings().objects_url)
+    store = open_object_store(Settings().objects_url)
     calls = [_interaction(n) for n in range(3)]
     for call in calls:
         spool.stage(call)
@@ -121,8 +121,8 @@ def test_publisher_completes_an_interrupted_chunk_without_duplicating_it(state):
     store.put(chunk_key(intent), chunk_parquet(Interaction.to_table(calls)))
     spool.stage(_interaction(3))
 
-    published = EvidencePublisher(spool, store, control_engine()).publish_pending()
-    again = EvidencePublisher(spool, store, control_engine()).publish_pending()
+    published = EvidencePublisher(spool, store, control_engine(Settings())).publish_pending()
+    again = EvidencePublisher(spool, store, control_engine(Settings())).publish_pending()
 
     assert published[0].chunk_key == chunk_key(intent)
     assert again == []

@@ -12,7 +12,7 @@ from pathlib import Path
 import anthropic
 import psutil
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from tests.conftest import PROJECT_ROOT
 from tests.live_services import MODEL, Proxy, model_service, set_script, start_served_proxy
 from tests.production_services import free_port
@@ -67,7 +67,7 @@ def test_a_served_proxy_samples_without_the_torch_package(state):
         try:
             from proxy.server import proxy_config
 
-            token = Proxy("", proxy_config(settings())).token(run="r-lib", attempt="a-lib")
+            token = Proxy("", proxy_config(Settings())).token(run="r-lib", attempt="a-lib")
             client = anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key=token)
             with client.messages.stream(
                 model=MODEL, max_tokens=16, messages=[{"role": "user", "content": "hi"}]

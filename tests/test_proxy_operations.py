@@ -6,7 +6,7 @@ import anthropic
 import httpx
 import pytest
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.evidence.reader import read_attempt_evidence
 from synth_pipelines.storage.objectstore import open_object_store
@@ -74,7 +74,7 @@ def test_oversized_tool_result_is_fitted_and_the_capture_holds_what_was_sampled(
     assert reply.content[-1].text == "summarised"
     assert reply.usage.input_tokens <= 32_768 - 1024
     (call,) = read_attempt_evidence(
-        control_engine(), open_object_store(settings().objects_url), ["a-fit"]
+        control_engine(Settings()), open_object_store(Settings().objects_url), ["a-fit"]
     ).calls["a-fit"]
     assert call.fitted
     effective = json.loads(call.effective_request_json)

@@ -14,6 +14,7 @@ import socket
 import tinker
 
 from proxy.sampler import TinkerSampler
+from synth_pipelines.config import Settings
 from synth_pipelines.rendering.model_names import QWEN3_TINY
 from synth_pipelines.rendering.model_registry import TinkerRoute
 from synth_pipelines.tinker_local.app import create_app
@@ -33,11 +34,12 @@ def test_a_restarted_service_is_sampled_through_a_new_client():
     port = _free_port()
     route = TinkerRoute(base_model=QWEN3_TINY, service_url=f"http://127.0.0.1:{port}")
     sampler = TinkerSampler(None, "tml-test", timeout_sec=120)
+    objects_url = Settings().objects_url
 
     async def sample_twice() -> list[list[int]]:
         samples = []
         for _ in range(2):
-            with serving(create_app(QWEN3_TINY), port=port):
+            with serving(create_app(QWEN3_TINY, object_store_url=objects_url), port=port):
                 samples.append((await sampler.sample(route, [1, 2, 3], PARAMS)).tokens)
         return samples
 

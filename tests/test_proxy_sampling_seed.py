@@ -56,7 +56,7 @@ def _sampled(proxy, attempt: str, seed: int, temperature: float | None) -> str:
 
 @pytest.mark.slow
 def test_run_temperature_replaces_the_harness_temperature_and_is_recorded(state, monkeypatch):
-    from synth_pipelines.config import settings
+    from synth_pipelines.config import Settings
     from synth_pipelines.control.database import control_engine
     from synth_pipelines.evidence.reader import read_attempt_evidence
     from synth_pipelines.storage.objectstore import open_object_store
@@ -70,8 +70,8 @@ def test_run_temperature_replaces_the_harness_temperature_and_is_recorded(state,
     assert len(greedy) == 1
     assert len(free) == 3
     calls = read_attempt_evidence(
-        control_engine(),
-        open_object_store(settings().objects_url),
+        control_engine(Settings()),
+        open_object_store(Settings().objects_url),
         ["r-temp.b0000.g0000.a000", "r-temp.b0000.g0001.a000"],
     ).calls
     assert [c.temperature for c in calls["r-temp.b0000.g0000.a000"]] == [0.0]

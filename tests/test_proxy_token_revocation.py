@@ -16,7 +16,7 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.schema import evidence_calls
 from synth_pipelines.control.token_revocations import revoke_token
@@ -29,12 +29,12 @@ BODY = {"model": MODEL, "max_tokens": 8, "messages": [{"role": "user", "content"
 
 
 def revoke(token: str, reason: str) -> None:
-    claims = verify_token(load_signing_key(settings().signing_key_path), token)
-    revoke_token(control_engine(), claims, reason)
+    claims = verify_token(load_signing_key(Settings().signing_key_path), token)
+    revoke_token(control_engine(Settings()), claims, reason)
 
 
 def evidence_of(attempt: str) -> list[str]:
-    with control_engine().connect() as conn:
+    with control_engine(Settings()).connect() as conn:
         return list(
             conn.execute(
                 select(evidence_calls.c.call_id).where(evidence_calls.c.attempt_id == attempt)

@@ -15,14 +15,14 @@ import dagster as dg
 import pytest
 
 from synth_pipelines.cli.json_documents import validated
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.regrade import Regrade
 from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.contracts.run_spec import batch_key
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import read_events
 from synth_pipelines.control.regrades import run_regrades
-from synth_pipelines.services.dagster_graphql import backfill_status
+from synth_pipelines.services.dagster_graphql import DagsterWebserver, backfill_status
 from tests.agent_runs import evaluate, one_task_dataset, profile_document
 from tests.conftest import PROJECT_ROOT
 from tests.dagster_services import SYNTH, dagster_services, finish, regrade_process
@@ -74,7 +74,7 @@ def regraded(tmp_path_factory) -> Iterator[Regraded]:
                     # Started once both backfills are requested, the daemon takes them up at once.
                     start_daemon()
                     judged_out, judged_err = judged.communicate(timeout=240)
-                    _, second = run_regrades(control_engine(), run.run_id)
+                    _, second = run_regrades(control_engine(Settings()), run.run_id)
                     yield Regraded(
                         run,
                         subprocess.CompletedProcess(
@@ -176,13 +176,15 @@ def test_ctrl_c_stops_the_waiting_and_the_regrade_goes_on(regraded):
     (said,) = interrupted.stderr.splitlines()
     assert said == (
         f"stopped waiting; regrade {regrade.regrade_id} of {run_id} goes on: follow it at "
-        f"{settings().dagster_url}/runs/b/{regrade.backfill_id}, then compare with "
+        f"{Settings().dagster_url}/runs/b/{regrade.backfill_id}, then compare with "
         f"`synth run show {run_id} --assessments`"
     )
     assert regrade.assessor == "task-verifier" and regrade.backfill_id
 
     def assessed() -> set[str]:
-        events = read_events(control_engine(), run_id=run_id, kinds=("regrade.batch_assessed",))
+        events = read_events(
+            control_engine(Settings()), run_id=run_id, kinds=("regrade.batch_assessed",)
+        )
         return {e.data["batch"] for e in events if e.data["regrade_id"] == regrade.regrade_id}
 
     wait_for(
@@ -190,7 +192,7 @@ def test_ctrl_c_stops_the_waiting_and_the_regrade_goes_on(regraded):
         f"regrade {regrade.regrade_id} assessing every batch",
         timeout=120,
     )
-    assert backfill_status(settings().dagster_url, regrade.backfill_id) not in (
+    assert backfill_status(DagsterWebserver.of(Settings()), regrade.backfill_id) not in (
         "CANCELED",
         "CANCELING",
     )

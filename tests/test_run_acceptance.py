@@ -3,6 +3,7 @@ import threading
 
 import pytest
 
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.plan import EvalPlan
 from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.contracts.run_spec import DatasetPin, RunRequest
@@ -31,7 +32,7 @@ def _request(attempts: int = 2) -> RunRequest:
 
 
 def test_same_idempotency_key_returns_the_same_run_and_creates_nothing(state):
-    engine = control_engine()
+    engine = control_engine(Settings())
     first, created = accept_run(engine, _request(), "key-1")
     second, created_again = accept_run(engine, _request(), "key-1")
     assert created and not created_again
@@ -41,7 +42,7 @@ def test_same_idempotency_key_returns_the_same_run_and_creates_nothing(state):
 
 
 def test_concurrent_submissions_with_one_key_accept_one_run(state):
-    engine = control_engine()
+    engine = control_engine(Settings())
     ids: list[str] = []
 
     def submit() -> None:
@@ -57,15 +58,15 @@ def test_concurrent_submissions_with_one_key_accept_one_run(state):
 
 
 def test_reusing_a_key_for_a_different_request_is_refused(state):
-    engine = control_engine()
+    engine = control_engine(Settings())
     accept_run(engine, _request(attempts=2), "key-2")
     with pytest.raises(IdempotencyConflictError, match="different dataset, profile or plan"):
         accept_run(engine, _request(attempts=3), "key-2")
 
 
 def test_acceptance_pins_the_spec_and_counts_batches(state):
-    run, _ = accept_run(control_engine(), _request(), None)
-    stored = get_run(control_engine(), run.run_id)
+    run, _ = accept_run(control_engine(Settings()), _request(), None)
+    stored = get_run(control_engine(Settings()), run.run_id)
     assert stored.status == "accepted"
     assert stored.batch_count == 4
     assert stored.spec.actor.profile().engine == "oracle"
@@ -73,7 +74,7 @@ def test_acceptance_pins_the_spec_and_counts_batches(state):
 
 
 def test_events_resume_from_a_cursor(state):
-    engine = control_engine()
+    engine = control_engine(Settings())
     run, _ = accept_run(engine, _request(), None)
     for n in range(5):
         record_event(engine, run.run_id, "attempt.finished", {"n": n})
@@ -85,7 +86,7 @@ def test_events_resume_from_a_cursor(state):
 
 
 def test_final_states_are_never_left(state):
-    engine = control_engine()
+    engine = control_engine(Settings())
     run, _ = accept_run(engine, _request(), None)
     assert transition(engine, run.run_id, "failed", "run.failed", {"reason": "x"})
     assert not transition(engine, run.run_id, "succeeded", "run.succeeded")

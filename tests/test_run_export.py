@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from synth_pipelines.cli.main import app
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.assessment import Assessment
 from synth_pipelines.contracts.interaction import Interaction
 from synth_pipelines.contracts.trial import TrialOutcome
@@ -49,8 +49,8 @@ def export(run_id: str, what: str, out: Path, file_format: str = "parquet") -> d
 def _publish_calls(run_id: str, outcomes: list[TrialOutcome], spool_dir: Path) -> None:
     """Each attempt's model calls, published as the proxy publishes them, with token ids
     and logprobs that differ from call to call."""
-    store = open_object_store(settings().objects_url)
-    publisher = EvidencePublisher(Spool(spool_dir), store, control_engine())
+    store = open_object_store(Settings().objects_url)
+    publisher = EvidencePublisher(Spool(spool_dir), store, control_engine(Settings()))
     for number, outcome in enumerate(outcomes):
         for index in range(2):
             first = 1000 * number + 10 * index
@@ -106,9 +106,9 @@ def test_assessments_carry_each_attempts_reward(evaluated):
 
 
 def _captured(outcomes: list[TrialOutcome]) -> dict[str, Interaction]:
-    store = open_object_store(settings().objects_url)
+    store = open_object_store(Settings().objects_url)
     evidence = read_attempt_evidence(
-        control_engine(), store, [outcome.attempt_id for outcome in outcomes]
+        control_engine(Settings()), store, [outcome.attempt_id for outcome in outcomes]
     )
     assert evidence.problems == {}
     return {call.call_id: call for calls in evidence.calls.values() for call in calls}

@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from synth_pipelines.cli.main import app
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.contracts.run_spec import RunRequest
 from synth_pipelines.control.database import control_engine
@@ -45,7 +46,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory):
         request = RunRequest.model_validate(
             {**mine[0].spec.model_dump(include=set(RunRequest.model_fields)), "owner": "mallory"}
         )
-        other, _ = accept_run(control_engine(), request)
+        other, _ = accept_run(control_engine(Settings()), request)
         yield mine, other
 
 
@@ -106,7 +107,7 @@ def test_cancel_by_prefix_cancels_that_run_only(runs):
     assert cancelled.exit_code == 0, cancelled.stderr
     document = json.loads(cancelled.stdout)
     assert (document["run_id"], document["cancelled"]) == (target.run_id, True)
-    engine = control_engine()
+    engine = control_engine(Settings())
     assert [get_run(engine, run_id).status for run_id in _ids(mine)] == [
         "accepted",
         "accepted",

@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from synth_pipelines.cli.main import app
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.contracts.run_spec import RunRequest
 from synth_pipelines.control.database import control_engine
@@ -41,8 +42,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory):
                 "model": MODEL,
             }
         )
-        bound, _ = accept_run(control_engine(), request)
-        transition(control_engine(), bound.run_id, "succeeded", "run.succeeded")
+        bound, _ = accept_run(control_engine(Settings()), request)
+        transition(control_engine(Settings()), bound.run_id, "succeeded", "run.succeeded")
         executed = accept(profile_document("oracle.json"), kind="execute")
         yield {"oracle": oracle, "bound": bound, "executed": executed}
 

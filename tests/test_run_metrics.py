@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from synth_pipelines.cli.json_documents import validated
 from synth_pipelines.cli.main import app
+from synth_pipelines.config import Settings
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.policy_updates import run_updates
 from tests.agent_runs import accept_plan, profile_document, publish, run_batches, trial_outcomes
@@ -49,7 +50,7 @@ def test_the_json_series_is_the_recorded_updates_then_the_batch_still_learning(r
     assert document == validated("run metrics", document)
     first, second, third = document["batches"]
     for row, update in zip(
-        (first, second), run_updates(control_engine(), recorded_run), strict=True
+        (first, second), run_updates(control_engine(Settings()), recorded_run), strict=True
     ):
         assert row["batch"] == update.batch and row["batch_index"] == update.batch_index
         assert row["sampler"] == update.metrics.sampler

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from synth_pipelines.cli.main import app
 from synth_pipelines.cli.run_show_fast import answered
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.run_spec import batch_key
 from synth_pipelines.control import run_document_fingerprint
 from synth_pipelines.control.database import control_engine
@@ -49,15 +50,15 @@ def test_a_second_read_prints_what_the_full_command_printed(training, capsys):
 
 
 def _stop_event(run, monkeypatch):
-    record_event(control_engine(), run.run_id, "run.failed", {"reason": "a test says so"})
+    record_event(control_engine(Settings()), run.run_id, "run.failed", {"reason": "a test says so"})
 
 
 def _new_update(run, monkeypatch):
-    mark_unresolved(control_engine(), run.run_id, batch_key(run.run_id, 2), 2, datums=3)
+    mark_unresolved(control_engine(Settings()), run.run_id, batch_key(run.run_id, 2), 2, datums=3)
 
 
 def _stopped(run, monkeypatch):
-    interrupt_run(control_engine(), run.run_id, "a test stops it", {})
+    interrupt_run(control_engine(Settings()), run.run_id, "a test stops it", {})
 
 
 def _other_store(run, monkeypatch):
@@ -122,7 +123,7 @@ def test_changed_code_sends_the_read_to_the_full_command(training, capsys, monke
 
 
 def test_a_stopped_run_still_exits_1(training, capsys):
-    interrupt_run(control_engine(), training.run_id, "a test stops it", {})
+    interrupt_run(control_engine(Settings()), training.run_id, "a test stops it", {})
     printed = _full(training.run_id)
     assert _kept(training.run_id, capsys) == (1, printed)
 

@@ -8,6 +8,7 @@ import io
 from rich.console import Console
 
 from synth_pipelines.cli.batch_learning import learning_rows, learning_tables
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.batch_learning import BatchLearning
 from synth_pipelines.contracts.policy_update import BatchLearningRow
 from synth_pipelines.contracts.run_spec import batch_key
@@ -73,7 +74,7 @@ def test_a_batch_row_reads_whole_in_an_80_column_terminal():
 
 
 def test_a_batch_recorded_before_packing_was_counted_still_shows_with_dashes(state):
-    engine = control_engine()
+    engine = control_engine(Settings())
     signal = {"attempts": 4, "assessed": 4, "reward_mean": 0.5, "groups": 2, "groups_used": 2}
     step = {"optimizer_step": True, "learning_rate": 1e-4, "loss": -0.5, "grad_norm": 2.0}
     for index, metrics in enumerate([{**signal, **step}, {**signal, **step, **PACKED}]):

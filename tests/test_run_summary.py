@@ -10,7 +10,7 @@ from pathlib import Path
 
 from sqlalchemy import delete
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.assessment import Assessment
 from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.contracts.run_record import RunRecord
@@ -35,11 +35,11 @@ def _run(tmp_path: Path) -> RunRecord:
     """An evaluation of three tasks, one task per batch: three batches."""
     for task in TASKS:
         shutil.copytree(SAMPLE_DATASET / task, tmp_path / "dataset" / task)
-    engine = control_engine()
+    engine = control_engine(Settings())
     publish_dataset(engine, _store(), tmp_path / "dataset", "test/three", "v1", "tester")
     dataset = get_dataset(engine, "test/three@v1")
     request = RunRequest(
-        owner=settings().owner,
+        owner=Settings().owner,
         dataset=DatasetPin(
             name=dataset.name,
             version=dataset.version,
@@ -55,7 +55,7 @@ def _run(tmp_path: Path) -> RunRecord:
 
 
 def _store():
-    return open_object_store(settings().objects_url)
+    return open_object_store(Settings().objects_url)
 
 
 def _outcome(run: RunRecord, index: int, attempt: int, error: str | None) -> TrialOutcome:
@@ -117,7 +117,7 @@ def _record(
     errors = errors or {}
     outcomes = [_outcome(run, index, a, errors.get(a)) for a in range(len(rewards))]
     key = batch_key(run.run_id, index)
-    engine, store = control_engine(), _store()
+    engine, store = control_engine(Settings()), _store()
     store_table(engine, store, "trials", key, TrialOutcome.to_table(outcomes))
     judged = [_assessment(o, r) for o, r in zip(outcomes, rewards, strict=True)]
     store_table(engine, store, "assessments", key, Assessment.to_table(judged))
@@ -125,7 +125,7 @@ def _record(
 
 def _recount(run: RunRecord) -> dict:
     """What the batches' current tables say, counted directly from every row."""
-    engine, store = control_engine(), _store()
+    engine, store = control_engine(Settings()), _store()
     outcomes: list[TrialOutcome] = []
     judged: list[Assessment] = []
     for index in range(run.batch_count):
@@ -169,7 +169,7 @@ def _counted(results: RunResults) -> dict:
 
 
 def _collected(run: RunRecord) -> RunResults:
-    return collect_results(control_engine(), _store(), run)
+    return collect_results(control_engine(Settings()), _store(), run)
 
 
 def test_results_equal_a_recount_as_batches_finish(state, tmp_path):
@@ -188,7 +188,7 @@ def test_results_equal_a_recount_as_batches_finish(state, tmp_path):
     assert _counted(results) == _recount(run)
     assert (results.summary.attempts, results.summary.passed) == (12, 8)
     assert results.summary.error_reasons == {"platform: sandbox start failed": 1}
-    assert sorted(read_batch_results(control_engine(), run.run_id)) == [0, 1, 2]
+    assert sorted(read_batch_results(control_engine(Settings()), run.run_id)) == [0, 1, 2]
 
 
 def test_a_retried_batch_replaces_its_tally_instead_of_adding_to_it(state, tmp_path):
@@ -216,7 +216,7 @@ def test_a_regrade_changes_the_results_it_changes(state, tmp_path):
 
     # A regrade stores new assessments of batch 0's retained work; its trials stay.
     key = batch_key(run.run_id, 0)
-    engine, store = control_engine(), _store()
+    engine, store = control_engine(Settings()), _store()
     outcomes = TrialOutcome.from_table(load_table(engine, store, "trials", key))
     regraded = [_assessment(outcome, 1.0) for outcome in outcomes]
     store_table(engine, store, "assessments", key, Assessment.to_table(regraded))
@@ -231,7 +231,7 @@ def test_batches_stored_before_tallies_were_kept_are_tallied_when_read(state, tm
     run = _run(tmp_path)
     for index in range(run.batch_count):
         _record(run, index, [1.0, 0.0, 0.0, 0.0])
-    engine = control_engine()
+    engine = control_engine(Settings())
     with engine.begin() as conn:
         conn.execute(delete(batch_results).where(batch_results.c.run_id == run.run_id))
 
@@ -244,7 +244,7 @@ def test_a_readers_tally_never_replaces_a_newer_one(state, tmp_path):
     the assessments; its late write must not undo the worker's tally of both."""
     run = _run(tmp_path)
     _record(run, 0, [1.0, 1.0, 0.0, 1.0])
-    engine, store = control_engine(), _store()
+    engine, store = control_engine(Settings()), _store()
     key = batch_key(run.run_id, 0)
     stale_trials = load_table(engine, store, "trials", key)
 

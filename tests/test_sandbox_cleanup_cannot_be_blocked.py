@@ -32,7 +32,7 @@ from sandbox_support import (
     wait_for_processes,
 )
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.sandbox.limits import SandboxCgroup, detect_hierarchy
 from synth_pipelines.sandbox.quarantine import CGROUP_PREFIX, QUARANTINE_DIR_NAME, RECORD_NAME
 
@@ -71,7 +71,7 @@ def remove_quarantined_cgroups(name: str) -> None:
 
 
 def quarantine_record(name: str) -> dict:
-    place = settings().sandboxes_dir.with_name(QUARANTINE_DIR_NAME) / name
+    place = Settings().sandboxes_dir.with_name(QUARANTINE_DIR_NAME) / name
     return json.loads((place / RECORD_NAME).read_text())
 
 

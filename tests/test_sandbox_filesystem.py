@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from sandbox_support import isolated_state, make_environment, make_task
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 
 OUTSIDE_TARGETS = [
     "/usr/sandbox-probe",
@@ -59,7 +59,7 @@ def test_sandbox_writes_land_in_its_own_directory(tmp_path):
 
 
 def test_sandbox_cannot_see_operator_home_or_project_checkout(tmp_path):
-    project_root = settings().project_root
+    project_root = Settings().project_root
     environment = make_environment(make_task(tmp_path), tmp_path / "trial")
     home, checkout, state, shadow = run(
         environment,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from sandbox_support import isolated_state, make_environment, make_task, requires_cgroups
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.sandbox.bases import KNOWN_BASES
 from synth_pipelines.sandbox.dockerfile import read_dockerfile
 from synth_pipelines.sandbox.errors import ImageBuildError, UnsupportedTaskError
@@ -36,7 +36,7 @@ def image_task(root: Path, steps: str, name: str = "image-probe") -> Path:
 
 
 def builder(**overrides) -> ImageBuilder:
-    config = settings()
+    config = Settings()
     options = dict(
         mirror=config.debian_mirror,
         step_timeout_sec=config.image_step_timeout_sec,

@@ -14,13 +14,13 @@ from sqlalchemy import select
 from benchmarks.process_memory import status_kib
 from benchmarks.scale import SCRIPT, accept_evaluation
 from benchmarks.trivial_tasks import write_dataset
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.contracts.run_spec import batch_key
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.runs import get_run
 from synth_pipelines.control.schema import evidence_calls
-from synth_pipelines.definitions import defs
+from synth_pipelines.definitions import definitions
 from synth_pipelines.evidence.reader import read_attempt_evidence
 from synth_pipelines.storage.objectstore import open_object_store
 from tests.agent_runs import restored_trial, trial_outcomes
@@ -40,14 +40,14 @@ def _run_batches(run: RunRecord) -> tuple[RunRecord, list[int]]:
     """Every batch with the job the batch gate launches; this process's peak RSS (KiB)
     after each."""
     instance = dg.DagsterInstance.get()
-    job = defs.resolve_job_def("evaluation_batch")
+    job = definitions(Settings()).resolve_job_def("evaluation_batch")
     peaks_kib = []
     for index in range(run.batch_count):
         key = batch_key(run.run_id, index)
         instance.add_dynamic_partitions("batches", [key])
         assert job.execute_in_process(partition_key=key, instance=instance).success
         peaks_kib.append(status_kib(os.getpid())[1])
-    return get_run(control_engine(), run.run_id), peaks_kib
+    return get_run(control_engine(Settings()), run.run_id), peaks_kib
 
 
 def _replies(trial_dir) -> int:
@@ -76,12 +76,12 @@ def test_many_batch_evaluation_completes_every_attempt_with_flat_memory(
 
     calls = sum(_replies(restored_trial(o, tmp_path / "restored")) for o in outcomes)
     attempts = [o.attempt_id for o in outcomes]
-    engine = control_engine()
+    engine = control_engine(Settings())
     with engine.connect() as conn:
         rows = conn.execute(
             select(evidence_calls.c.attempt_id).where(evidence_calls.c.run_id == run.run_id)
         ).all()
-    evidence = read_attempt_evidence(engine, open_object_store(settings().objects_url), attempts)
+    evidence = read_attempt_evidence(engine, open_object_store(Settings().objects_url), attempts)
     assert evidence.problems == {}
     assert calls == len(rows) == len(attempts)
     assert sorted(row.attempt_id for row in rows) == sorted(attempts)

@@ -7,12 +7,12 @@ from datetime import UTC, datetime
 import dagster as dg
 
 from assets.schedules import nightly_checkpoint_evaluation
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.checkpoint import Checkpoint
 from synth_pipelines.control.checkpoints import record_checkpoint
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.runs import get_run, list_runs
-from synth_pipelines.definitions import defs
+from synth_pipelines.definitions import definitions
 from synth_pipelines.registry.datasets import publish_dataset
 from synth_pipelines.storage.objectstore import open_object_store
 from synth_pipelines.submission.profiles import publish_profile
@@ -25,7 +25,7 @@ NIGHT = datetime(2026, 3, 4, 3, 0, tzinfo=UTC)
 def _checkpoint_of_a_training_run(tmp_path) -> Checkpoint:
     trained = accept_training(training_dataset(tmp_path), {"batches": 1})
     return record_checkpoint(
-        control_engine(),
+        control_engine(Settings()),
         Checkpoint(
             sampler_path=f"tinker://{trained.run_id}/sampler_weights/b0000",
             run_id=trained.run_id,
@@ -33,7 +33,7 @@ def _checkpoint_of_a_training_run(tmp_path) -> Checkpoint:
             batch_index=0,
             state_path=f"tinker://{trained.run_id}/weights/b0000",
             base_model="synth/qwen3-tiny",
-            owner=settings().owner,
+            owner=Settings().owner,
             dataset_cursor=2,
             optimizer_steps=1,
             created_at=datetime.now(UTC),
@@ -42,10 +42,14 @@ def _checkpoint_of_a_training_run(tmp_path) -> Checkpoint:
 
 
 def _evaluate(instance: dg.DagsterInstance):
-    context = dg.build_schedule_context(
-        instance=instance, scheduled_execution_time=NIGHT, repository_def=defs.get_repository_def()
-    )
-    return nightly_checkpoint_evaluation.evaluate_tick(context)
+    defs = definitions(Settings())
+    with dg.build_schedule_context(
+        instance=instance,
+        scheduled_execution_time=NIGHT,
+        resources=defs.resources,
+        repository_def=defs.get_repository_def(),
+    ) as context:
+        return nightly_checkpoint_evaluation.evaluate_tick(context)
 
 
 def test_nightly_evaluation_is_skipped_until_configured(state):
@@ -58,10 +62,10 @@ def test_nightly_evaluation_is_skipped_until_configured(state):
 def test_nightly_evaluation_pins_an_evaluation_of_the_newest_checkpoint(
     state, tmp_path, monkeypatch
 ):
-    engine, store = control_engine(), open_object_store(settings().objects_url)
-    publish_dataset(engine, store, SAMPLE_DATASET, "synth/heldout", "v1", settings().owner)
+    engine, store = control_engine(Settings()), open_object_store(Settings().objects_url)
+    publish_dataset(engine, store, SAMPLE_DATASET, "synth/heldout", "v1", Settings().owner)
     oracle = json.loads((PROJECT_ROOT / "profiles" / "oracle.json").read_text())
-    publish_profile(engine, oracle, settings().owner)
+    publish_profile(engine, oracle, Settings().owner)
     monkeypatch.setenv("SYNTH_NIGHTLY_DATASET", "synth/heldout@v1")
     monkeypatch.setenv("SYNTH_NIGHTLY_ACTOR", "synth/oracle@1")
     checkpoint = _checkpoint_of_a_training_run(tmp_path)
@@ -81,7 +85,7 @@ def test_nightly_evaluation_pins_an_evaluation_of_the_newest_checkpoint(
         assert again.run_key == request.run_key
         assert len([run for run in list_runs(engine) if run.kind == "eval"]) == 1
 
-        job = defs.resolve_job_def(nightly_checkpoint_evaluation.job_name)
+        job = definitions(Settings()).resolve_job_def(nightly_checkpoint_evaluation.job_name)
         result = job.execute_in_process(
             partition_key=request.partition_key, instance=instance, tags=request.tags
         )

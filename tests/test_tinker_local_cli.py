@@ -13,15 +13,15 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from synth_pipelines.cli.model import model_app
+from synth_pipelines.cli.main import app
 
-SERVE = "from synth_pipelines.cli.model import model_app; model_app()"
+SERVE = "from synth_pipelines.cli.main import app; app()"
 
 
 def test_serve_refuses_an_unknown_base_model_without_a_traceback(tmp_path: Path) -> None:
     result = CliRunner().invoke(
-        model_app,
-        ["serve", "--base-model", str(tmp_path / "missing")],
+        app,
+        ["model", "serve", "--base-model", str(tmp_path / "missing")],
         env={"SYNTH_DATA_DIR": str(tmp_path)},
     )
     assert result.exit_code == 2
@@ -39,7 +39,7 @@ def _free_port() -> int:
 def test_serve_answers_the_sdk_handshake(tmp_path: Path) -> None:
     port = _free_port()
     server = subprocess.Popen(
-        [sys.executable, "-c", SERVE, "serve", "--port", str(port)],
+        [sys.executable, "-c", SERVE, "model", "serve", "--port", str(port)],
         env={**os.environ, "SYNTH_DATA_DIR": str(tmp_path)},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

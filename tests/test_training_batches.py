@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.learning import DatumRow, PolicyBinding, QualifiedAttempt
 from synth_pipelines.contracts.run_spec import batch_key
 from synth_pipelines.control.checkpoints import run_checkpoints
@@ -38,7 +38,9 @@ PLAN = {
 
 
 def _table(asset: str, key: str):
-    return load_table(control_engine(), open_object_store(settings().objects_url), asset, key)
+    return load_table(
+        control_engine(Settings()), open_object_store(Settings().objects_url), asset, key
+    )
 
 
 @pytest.mark.slow
@@ -53,7 +55,7 @@ def test_three_batch_training_run_keeps_the_policy_boundary(state, tmp_path, mon
             assert result.success, [e.message for e in result.all_events if e.is_failure]
     run = refreshed(run)
     assert run.status == "succeeded"
-    engine, store = control_engine(), open_object_store(settings().objects_url)
+    engine, store = control_engine(Settings()), open_object_store(Settings().objects_url)
     checkpoints = run_checkpoints(engine, run.run_id)
     assert [c.batch_index for c in checkpoints] == [0, 1, 2]
     assert [c.optimizer_steps for c in checkpoints] == [1, 2, 3]

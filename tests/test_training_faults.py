@@ -14,12 +14,13 @@ import dagster as dg
 import pytest
 
 from assets.sensors import batch_gate
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.run_spec import batch_key
 from synth_pipelines.control.checkpoints import run_checkpoints
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.policy_updates import UnresolvedUpdateError, find_update, resolve
 from synth_pipelines.control.run_lifecycle import interrupt_run, resume_run
-from synth_pipelines.definitions import defs
+from synth_pipelines.definitions import definitions
 from tests.conftest import PROJECT_ROOT
 from tests.live_services import platform
 from tests.training_runs import (
@@ -42,9 +43,10 @@ PLAN = {
 WORKER = """
 import sys
 from tests.training_runs import run_batch
+from synth_pipelines.config import Settings
 from synth_pipelines.control.runs import get_run
 from synth_pipelines.control.database import control_engine
-run_batch(get_run(control_engine(), sys.argv[1]), 0)
+run_batch(get_run(control_engine(Settings()), sys.argv[1]), 0)
 """
 
 
@@ -59,7 +61,7 @@ def slow_optimizer(app) -> None:
 def _wait_for_unresolved(run_id: str, worker: subprocess.Popen, log, timeout: float = 900) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and worker.poll() is None:
-        update = find_update(control_engine(), run_id, batch_key(run_id, 0))
+        update = find_update(control_engine(Settings()), run_id, batch_key(run_id, 0))
         if update is not None and update.status == "unresolved":
             return
         time.sleep(0.5)
@@ -72,7 +74,7 @@ def _wait_for_unresolved(run_id: str, worker: subprocess.Popen, log, timeout: fl
 def test_killed_update_blocks_until_resolved_then_resumes_without_repeating(
     state, tmp_path, monkeypatch
 ):
-    engine = control_engine()
+    engine = control_engine(Settings())
     run = accept_training(training_dataset(tmp_path), PLAN)
     # The worker gets a model service whose optimizer step never answers.
     with platform(monkeypatch, app_hook=slow_optimizer) as (model_url, _proxy):
@@ -97,11 +99,15 @@ def test_killed_update_blocks_until_resolved_then_resumes_without_repeating(
     with pytest.raises(UnresolvedUpdateError, match=f"synth train resolve {run.run_id}"):
         resume_run(engine, run.run_id)
     with platform(monkeypatch) as (model_url, _proxy):
-        refused = defs.resolve_job_def("training_batch").execute_in_process(
-            partition_key=batch_key(run.run_id, 0),
-            instance=dg.DagsterInstance.get(),
-            asset_selection=[dg.AssetKey("policy_update"), dg.AssetKey("checkpoints")],
-            raise_on_error=False,
+        refused = (
+            definitions(Settings())
+            .resolve_job_def("training_batch")
+            .execute_in_process(
+                partition_key=batch_key(run.run_id, 0),
+                instance=dg.DagsterInstance.get(),
+                asset_selection=[dg.AssetKey("policy_update"), dg.AssetKey("checkpoints")],
+                raise_on_error=False,
+            )
         )
         assert not refused.success
         assert run_checkpoints(engine, run.run_id) == []
@@ -109,9 +115,11 @@ def test_killed_update_blocks_until_resolved_then_resumes_without_repeating(
         resolved = resolve(engine, run.run_id, note="the worker died before the acknowledgement")
         assert resolved.status == "discarded"
         assert resume_run(engine, run.run_id) == 0
-        gate = batch_gate(
-            dg.build_sensor_context(instance=dg.DagsterInstance.get(), definitions=defs)
-        )
+        defs = definitions(Settings())
+        with dg.build_sensor_context(
+            instance=dg.DagsterInstance.get(), definitions=defs, resources=defs.resources
+        ) as context:
+            gate = batch_gate(context)
         (resume,) = [r for r in gate.run_requests if ".resume" in r.run_key]
         steps = [key.to_user_string() for key in resume.asset_selection]
         assert steps == ["policy_update", "checkpoints"]

@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from synth_pipelines.cli.main import app
+from synth_pipelines.config import Settings
 from synth_pipelines.control.checkpoints import run_checkpoints
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import read_events
@@ -52,7 +53,7 @@ def test_a_batch_without_signal_records_no_step_and_warns(state, tmp_path, monke
         result = run_batch(run, 0)
         assert result.success, [e.message for e in result.all_events if e.is_failure]
     assert refreshed(run).status == "succeeded"
-    engine = control_engine()
+    engine = control_engine(Settings())
     (event,) = read_events(engine, run_id=run.run_id, kinds=("batch.no_signal",))
     assert "0 of 2 groups qualified" in event.data["reason"]
     assert [c.optimizer_steps for c in run_checkpoints(engine, run.run_id)] == [0]

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from synth_pipelines.config import Settings
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import read_events
 from tests.live_services import platform, set_script
@@ -68,11 +69,15 @@ def test_a_ready_group_trains_while_another_still_samples(state, tmp_path, monke
 
     finished = {
         event.data["attempt_id"]: event.created_at.astimezone(UTC).timestamp()
-        for event in read_events(control_engine(), run_id=run.run_id, kinds=("attempt.finished",))
+        for event in read_events(
+            control_engine(Settings()), run_id=run.run_id, kinds=("attempt.finished",)
+        )
     }
     tasks = {
         event.data["attempt_id"]: event.data["task"]
-        for event in read_events(control_engine(), run_id=run.run_id, kinds=("attempt.finished",))
+        for event in read_events(
+            control_engine(Settings()), run_id=run.run_id, kinds=("attempt.finished",)
+        )
     }
     slow_done = max(at for attempt, at in finished.items() if tasks[attempt].endswith(slow))
     forwards = [at for path, at in arrivals if path == "forward_backward"]

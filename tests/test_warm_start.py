@@ -11,7 +11,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.contracts.run_spec import DatasetPin, RunRequest
@@ -19,7 +19,7 @@ from synth_pipelines.control.checkpoints import run_checkpoints
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import read_events
 from synth_pipelines.control.runs import accept_run, get_run
-from synth_pipelines.definitions import defs
+from synth_pipelines.definitions import definitions
 from synth_pipelines.evidence.reader import read_attempt_evidence
 from synth_pipelines.learning.demonstrations import DemonstrationError, read_demonstration
 from synth_pipelines.registry.datasets import publish_dataset
@@ -71,11 +71,11 @@ def _two_tasks(tmp_path: Path) -> Path:
 
 
 def _accept(dataset_dir: Path, plan: dict, model: str | None = None) -> RunRecord:
-    engine = control_engine()
-    store = open_object_store(settings().objects_url)
+    engine = control_engine(Settings())
+    store = open_object_store(Settings().objects_url)
     dataset, _ = publish_dataset(engine, store, dataset_dir, "test/learn", "v1", "tester")
     request = RunRequest(
-        owner=settings().owner,
+        owner=Settings().owner,
         dataset=DatasetPin(
             name=dataset.name,
             version=dataset.version,
@@ -92,8 +92,10 @@ def _accept(dataset_dir: Path, plan: dict, model: str | None = None) -> RunRecor
 def _run_warm_start(run: RunRecord) -> dg.ExecuteInProcessResult:
     instance = dg.DagsterInstance.get()
     instance.add_dynamic_partitions("runs", [run.run_id])
-    return defs.resolve_job_def("warm_start_job").execute_in_process(
-        partition_key=run.run_id, instance=instance, raise_on_error=False
+    return (
+        definitions(Settings())
+        .resolve_job_def("warm_start_job")
+        .execute_in_process(partition_key=run.run_id, instance=instance, raise_on_error=False)
     )
 
 
@@ -107,7 +109,7 @@ def test_warm_start_lowers_the_loss_and_its_checkpoint_is_evaluated_through_the_
         run = _accept(dataset_dir, plan)
         result = _run_warm_start(run)
         assert result.success
-        engine = control_engine()
+        engine = control_engine(Settings())
         assert get_run(engine, run.run_id).status == "succeeded"
         (checkpoint,) = run_checkpoints(engine, run.run_id)
         assert checkpoint.optimizer_steps == STEPS
@@ -142,7 +144,7 @@ def test_warm_start_lowers_the_loss_and_its_checkpoint_is_evaluated_through_the_
         proxy.flush()
         evidence = read_attempt_evidence(
             engine,
-            open_object_store(settings().objects_url),
+            open_object_store(Settings().objects_url),
             [outcome.attempt_id for outcome in outcomes],
         )
         calls = [call for attempt in evidence.calls.values() for call in attempt]
@@ -151,8 +153,8 @@ def test_warm_start_lowers_the_loss_and_its_checkpoint_is_evaluated_through_the_
 
 
 def test_warm_start_of_a_harness_without_a_known_frame_is_refused(state, tmp_path):
-    engine = control_engine()
-    store = open_object_store(settings().objects_url)
+    engine = control_engine(Settings())
+    store = open_object_store(Settings().objects_url)
     publish_dataset(engine, store, _two_tasks(tmp_path), "test/learn", "v1", "tester")
     claude = tmp_path / "claude.json"
     claude.write_text(json.dumps(profile_document("claude-code.json")))
@@ -165,13 +167,13 @@ def test_warm_start_of_a_harness_without_a_known_frame_is_refused(state, tmp_pat
                 plan='{"kind": "warm_start"}',
                 kinds=("train", "warm_start"),
             ),
-            settings().owner,
+            Settings().owner,
         )
 
 
 def test_a_captured_run_that_does_not_exist_is_refused_before_anything_runs(state, tmp_path):
-    engine = control_engine()
-    store = open_object_store(settings().objects_url)
+    engine = control_engine(Settings())
+    store = open_object_store(Settings().objects_url)
     publish_dataset(engine, store, _two_tasks(tmp_path), "test/learn", "v1", "tester")
     claude = tmp_path / "claude.json"
     claude.write_text(json.dumps(profile_document("claude-code.json")))
@@ -184,7 +186,7 @@ def test_a_captured_run_that_does_not_exist_is_refused_before_anything_runs(stat
                 plan='{"kind": "warm_start", "captured_run": "r-missing"}',
                 kinds=("train", "warm_start"),
             ),
-            settings().owner,
+            Settings().owner,
         )
 
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import dagster as dg
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.contracts.run_spec import DatasetPin, RunRequest, batch_key
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.runs import accept_run, get_run
-from synth_pipelines.definitions import defs
+from synth_pipelines.definitions import definitions
 from synth_pipelines.registry.datasets import publish_dataset
 from synth_pipelines.storage.objectstore import open_object_store
 from tests.conftest import PROJECT_ROOT, SAMPLE_DATASET
@@ -61,13 +61,13 @@ def accept_training(
     dataset_dir: Path, plan: dict, model: str | None = None, profile: dict | None = None
 ) -> RunRecord:
     """A training run of the built-in profile (or `profile`) on the published directory."""
-    engine = control_engine()
-    store = open_object_store(settings().objects_url)
+    engine = control_engine(Settings())
+    store = open_object_store(Settings().objects_url)
     dataset, _ = publish_dataset(engine, store, dataset_dir, "test/train", "v1", "tester")
     if profile is None:
         profile = json.loads((PROJECT_ROOT / "profiles" / "builtin.json").read_text())
     request = RunRequest(
-        owner=settings().owner,
+        owner=Settings().owner,
         dataset=DatasetPin(
             name=dataset.name,
             version=dataset.version,
@@ -86,10 +86,12 @@ def run_batch(run: RunRecord, index: int, job: str = "training_batch") -> dg.Exe
     key = batch_key(run.run_id, index)
     if not instance.has_dynamic_partition("batches", key):
         instance.add_dynamic_partitions("batches", [key])
-    return defs.resolve_job_def(job).execute_in_process(
-        partition_key=key, instance=instance, raise_on_error=False
+    return (
+        definitions(Settings())
+        .resolve_job_def(job)
+        .execute_in_process(partition_key=key, instance=instance, raise_on_error=False)
     )
 
 
 def refreshed(run: RunRecord) -> RunRecord:
-    return get_run(control_engine(), run.run_id)
+    return get_run(control_engine(Settings()), run.run_id)

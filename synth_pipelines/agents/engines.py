@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from synth_pipelines.agents.bindings import RuntimeBindings
-from synth_pipelines.config import settings
 
 CLAUDE_CODE_VERSION = "2.1.328"
 MODEL_ALIASES = (
@@ -56,7 +55,9 @@ class EngineRuntime:
     def mandatory_env(self, bindings: RuntimeBindings) -> dict[str, str]:
         raise NotImplementedError
 
-    def mounts(self) -> list[Mount]:
+    def mounts(self, claude_code: Path) -> list[Mount]:
+        """What the sandbox binds read-only for this engine; `claude_code` is where the
+        setup installed Claude Code (`Settings.claude_code`)."""
         raise NotImplementedError
 
 
@@ -93,13 +94,12 @@ class ClaudeCodeRuntime(EngineRuntime):
             "IS_SANDBOX": "1",
         }
 
-    def mounts(self) -> list[Mount]:
-        installed = settings().claude_code
-        if not installed.exists():
+    def mounts(self, claude_code: Path) -> list[Mount]:
+        if not claude_code.exists():
             raise EngineUnavailableError(
-                f"Claude Code {self.version} is not installed at {installed}; run `make setup`"
+                f"Claude Code {self.version} is not installed at {claude_code}; run `make setup`"
             )
-        return [Mount(installed.resolve(), self.target)]
+        return [Mount(claude_code.resolve(), self.target)]
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ class BuiltinRuntime(EngineRuntime):
             "PYTHONDONTWRITEBYTECODE": "1",
         }
 
-    def mounts(self) -> list[Mount]:
+    def mounts(self, claude_code: Path) -> list[Mount]:
         prefixes = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
         return [
             *(Mount(prefix, str(prefix)) for prefix in sorted(prefixes)),

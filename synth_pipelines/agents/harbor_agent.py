@@ -14,6 +14,7 @@ from harbor.environments.base import BaseEnvironment
 from harbor.models.agent.context import AgentContext
 
 from synth_pipelines.agents.model_route import check_model_route
+from synth_pipelines.agents.platform_access import PlatformAccess
 from synth_pipelines.agents.session import AttemptIdentity, run_profile
 from synth_pipelines.contracts.profile import PinnedProfile
 
@@ -33,11 +34,13 @@ class ProfileAgent(BaseAgent):
         *,
         profile: dict[str, str],
         identity: dict[str, str],
+        platform: PlatformAccess,
         timeout_sec: float | None = None,
         **kwargs: Any,
     ) -> None:
         self.pinned = PinnedProfile.model_validate(profile)
         self.identity = AttemptIdentity(**identity)
+        self.platform = platform
         self.timeout_sec = timeout_sec
         super().__init__(
             logs_dir, model_name=model_name or self.identity.model, logger=logger, **kwargs
@@ -66,6 +69,7 @@ class ProfileAgent(BaseAgent):
             instruction,
             identity,
             self.logs_dir,
+            self.platform,
             timeout_sec=self.timeout_sec,
         )
         result = outcome.result
@@ -78,7 +82,12 @@ class ProfileAgent(BaseAgent):
             "missing_outputs": list(result.missing_outputs),
         }
         await check_model_route(
-            identity.run_id, identity.attempt_id, identity.role, started, result.exit_code
+            self.platform,
+            identity.run_id,
+            identity.attempt_id,
+            identity.role,
+            started,
+            result.exit_code,
         )
         if result.exit_code != 0:
             raise NonZeroAgentExitCodeError(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime
 
-from synth_pipelines.control.database import control_engine
+from synth_pipelines.agents.platform_access import PlatformAccess
 from synth_pipelines.control.faults import attempt_fault
 from synth_pipelines.evidence.flush import EvidenceFlushError, flush_evidence
 from synth_pipelines.evidence.reader import published_calls
@@ -22,12 +22,21 @@ class ModelRouteError(RuntimeError):
     """The platform failed the harness's model route: a platform error, not an outcome."""
 
 
-def _check(run_id: str, attempt_id: str, role: str, started: datetime, exit_code: int) -> None:
+def _check(
+    platform: PlatformAccess,
+    run_id: str,
+    attempt_id: str,
+    role: str,
+    started: datetime,
+    exit_code: int,
+) -> None:
     try:
-        flush_evidence(run_id, [attempt_id])
+        flush_evidence(
+            platform.proxy_url, platform.signing_key_path, platform.owner, run_id, [attempt_id]
+        )
     except EvidenceFlushError as error:
         raise ModelRouteError(f"the attempt's model calls were not published: {error}") from None
-    engine = control_engine()
+    engine = platform.control_engine()
     fault = attempt_fault(engine, run_id, attempt_id, role)
     recent = fault if fault is not None and fault.last_at >= started else None
     if published_calls(engine, attempt_id, role, started) == 0:
@@ -38,8 +47,13 @@ def _check(run_id: str, attempt_id: str, role: str, started: datetime, exit_code
 
 
 async def check_model_route(
-    run_id: str, attempt_id: str, role: str, started: datetime, exit_code: int
+    platform: PlatformAccess,
+    run_id: str,
+    attempt_id: str,
+    role: str,
+    started: datetime,
+    exit_code: int,
 ) -> None:
     """Raise `ModelRouteError` if the harness that ran from `started` and ended with
     `exit_code` never reached its model, or ended after its model route failed."""
-    await asyncio.to_thread(_check, run_id, attempt_id, role, started, exit_code)
+    await asyncio.to_thread(_check, platform, run_id, attempt_id, role, started, exit_code)

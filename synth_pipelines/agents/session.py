@@ -26,10 +26,9 @@ from synth_pipelines.agents.bindings import RuntimeBindings
 from synth_pipelines.agents.engines import engine_runtime
 from synth_pipelines.agents.execute import LaunchResult, execute_launch
 from synth_pipelines.agents.launch import Launch, build_launch
-from synth_pipelines.config import settings
+from synth_pipelines.agents.platform_access import PlatformAccess
 from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.contracts.scoped_token import TokenClaims
-from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.token_revocations import revoke_token
 from synth_pipelines.tls import client_context
 
@@ -70,8 +69,11 @@ def token_lifetime(timeout_sec: float | None) -> int:
     return int(timeout_sec or UNBOUNDED_RUN_TOKEN_SEC) + TOKEN_GRACE_SEC
 
 
-def mint_attempt_token(identity: AttemptIdentity, ttl_sec: int) -> tuple[str, TokenClaims]:
-    """The attempt's token and its claims (whose `token_id` revocation names)."""
+def mint_attempt_token(
+    identity: AttemptIdentity, ttl_sec: int, signing_key_path: Path
+) -> tuple[str, TokenClaims]:
+    """The attempt's token, signed with the key at `signing_key_path`, and its claims
+    (whose `token_id` revocation names)."""
     from synth_pipelines.credentials import load_signing_key, new_claims, sign_claims
 
     claims = new_claims(
@@ -86,7 +88,7 @@ def mint_attempt_token(identity: AttemptIdentity, ttl_sec: int) -> tuple[str, To
         sampling_seed=identity.sampling_seed,
         sampling_temperature=identity.sampling_temperature,
     )
-    return sign_claims(load_signing_key(settings().signing_key_path), claims), claims
+    return sign_claims(load_signing_key(signing_key_path), claims), claims
 
 
 def model_limits(proxy_url: str, token: str, model: str) -> tuple[int, int]:
@@ -110,14 +112,15 @@ def model_limits(proxy_url: str, token: str, model: str) -> tuple[int, int]:
     return entry["max_input_tokens"], entry["max_tokens"]
 
 
-async def _route(environment: BaseEnvironment, proxy_url: str) -> str:
+async def _route(environment: BaseEnvironment, platform: PlatformAccess) -> str:
     """The proxy's address as seen from inside the environment: a local sandbox gets a
     route to the proxy's listener for sandboxes (which serves only the model routes)
     when the proxy runs on this host, else to its URL."""
+    proxy_url = platform.proxy_url
     open_route = getattr(environment, "open_route", None)
     if open_route is None:
         return proxy_url
-    sandboxes = settings().proxy_sandbox_socket
+    sandboxes = platform.proxy_sandbox_socket
     if sandboxes.is_socket():
         return await open_route(SANDBOX_PROXY_PORT, sandboxes)
     address = urlparse(proxy_url)
@@ -130,21 +133,35 @@ async def run_profile(
     instruction: str,
     identity: AttemptIdentity,
     logs_dir: Path,
+    platform: PlatformAccess,
     *,
     timeout_sec: float | None,
     log_dir: str = "/logs/agent",
 ) -> LaunchOutcome:
     pinned.profile()  # refuses a profile whose digest does not match, before any token
-    token, claims = mint_attempt_token(identity, token_lifetime(timeout_sec))
+    token, claims = mint_attempt_token(
+        identity, token_lifetime(timeout_sec), platform.signing_key_path
+    )
     try:
         return await _run_with_token(
-            environment, pinned, instruction, identity, logs_dir, token, timeout_sec, log_dir
+            environment,
+            pinned,
+            instruction,
+            identity,
+            logs_dir,
+            platform,
+            token,
+            timeout_sec,
+            log_dir,
         )
     finally:
         # In a thread, so that a cancelled run (its timeout) still gets here and the
         # revocation completes even if this task is cancelled again while it waits.
         await asyncio.to_thread(
-            revoke_token, control_engine(), claims, f"attempt {identity.attempt_id} has ended"
+            revoke_token,
+            platform.control_engine(),
+            claims,
+            f"attempt {identity.attempt_id} has ended",
         )
 
 
@@ -154,15 +171,15 @@ async def _run_with_token(
     instruction: str,
     identity: AttemptIdentity,
     logs_dir: Path,
+    platform: PlatformAccess,
     token: str,
     timeout_sec: float | None,
     log_dir: str,
 ) -> LaunchOutcome:
     profile = pinned.profile()
     runtime = engine_runtime(profile.engine)
-    proxy_url = settings().proxy_url
     context_window, max_output = await asyncio.to_thread(
-        model_limits, proxy_url, token, identity.model
+        model_limits, platform.proxy_url, token, identity.model
     )
     workdir = (await environment.exec("pwd")).stdout.strip() or "/"
     bindings = RuntimeBindings(
@@ -171,7 +188,7 @@ async def _run_with_token(
         attempt=identity.attempt_id,
         batch=identity.batch,
         model=identity.model,
-        proxy_url=await _route(environment, proxy_url),
+        proxy_url=await _route(environment, platform),
         token=token,
         context_window=str(context_window),
         max_output_tokens=str(max_output),

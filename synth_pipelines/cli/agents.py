@@ -15,7 +15,7 @@ from synth_pipelines.cli.output import (
     fail,
     user_errors,
 )
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 
 agent_app = typer.Typer(
     help="Run an agent profile on a task in the local sandbox.", no_args_is_help=True
@@ -24,6 +24,7 @@ agent_app = typer.Typer(
 
 @agent_app.command("run")
 def run(
+    ctx: typer.Context,
     profile: str = typer.Option(
         ..., "--profile", help="@file.json or a published org/name@version."
     ),
@@ -43,9 +44,9 @@ def run(
     from synth_pipelines.control.database import control_engine
     from synth_pipelines.registry.task_packages import TaskFormatError
     from synth_pipelines.runtime.local_run import run_locally
-    from synth_pipelines.sandbox.options import HostSettings
     from synth_pipelines.submission.run_requests import read_profile
 
+    config: Settings = ctx.obj
     with user_errors(
         LaunchConstraintError,
         EngineUnavailableError,
@@ -53,13 +54,12 @@ def run(
         TaskFormatError,
         ValueError,
     ):
-        pinned = read_profile(control_engine(), profile)
+        pinned = read_profile(control_engine(config), profile)
         bound = model or pinned.profile().model
         if bound is None:
             fail(f"profile {pinned.name}@{pinned.version} binds no model; pass --model")
-        destination = output or settings().state_dir / "agent-runs" / task.name
-        host = HostSettings.model_validate(settings(), from_attributes=True)
-        done = asyncio.run(run_locally(pinned, task, bound, destination, host))
+        destination = output or config.state_dir / "agent-runs" / task.name
+        done = asyncio.run(run_locally(pinned, task, bound, destination, config))
     result = done.outcome.result
     data = {
         "run_id": done.identity.run_id,
@@ -105,7 +105,7 @@ def claude(
         model_limits,
     )
 
-    config = settings()
+    config: Settings = ctx.obj
     binary = config.claude_code
     if not binary.exists():
         fail(f"Claude Code is not installed at {binary}; run `make setup`")
@@ -118,7 +118,7 @@ def claude(
         model=model,
         role="interactive",
     )
-    token, _ = mint_attempt_token(identity, 12 * 3600)
+    token, _ = mint_attempt_token(identity, 12 * 3600, config.signing_key_path)
     with user_errors(ModelUnavailableError):
         context_window, max_output = model_limits(config.proxy_url, token, model)
     env = {

@@ -19,7 +19,7 @@ from rich.markup import escape
 from sqlalchemy import Engine, select
 
 from synth_pipelines.cli.output import JSON_OPTION, UserError, console, emit, user_errors
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.assessment import Assessment
 from synth_pipelines.contracts.interaction import Interaction
 from synth_pipelines.contracts.trial import TrialOutcome
@@ -222,6 +222,7 @@ def _render(document: dict) -> None:
 
 @attempt_app.command("show")
 def show(
+    ctx: typer.Context,
     attempt: str = typer.Argument(
         ..., metavar="ATTEMPT", help="The attempt id (`synth run events`), or a unique prefix."
     ),
@@ -232,12 +233,12 @@ def show(
 ) -> None:
     """One attempt's messages, tool calls and results, per model call its token counts and
     evidence chunk, then the verifier's reward and output."""
-    engine = control_engine()
+    config: Settings = ctx.obj
+    engine = control_engine(config)
     with user_errors():
-        attempt_id, batch = resolve_attempt(engine, settings().owner, attempt)
+        attempt_id, batch = resolve_attempt(engine, config.owner, attempt)
         if html is not None and not html.parent.is_dir():
             raise UserError(f"cannot write {html}: its directory does not exist")
-    config = settings()
     store = open_object_store(config.objects_url, endpoint_url=config.s3_endpoint_url)
     with user_errors():
         document = attempt_document(engine, store, attempt_id, batch)

@@ -7,7 +7,7 @@ import typer
 from rich.table import Table
 
 from synth_pipelines.cli.output import JSON_OPTION, console, emit, user_errors
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.checkpoint_lineage import CheckpointLineage
 from synth_pipelines.control.checkpoint_lineage import (
     CheckpointNotFoundError,
@@ -36,11 +36,13 @@ def _whole_ids_table(*columns: str) -> Table:
 
 @checkpoint_app.command("list")
 def list_checkpoints(
+    ctx: typer.Context,
     run_id: str | None = typer.Option(None, "--run", help="Only the checkpoints of this run."),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Your checkpoints, oldest first; the id is what `--model` and `checkpoint show` take."""
-    engine, owner = control_engine(), settings().owner
+    config: Settings = ctx.obj
+    engine, owner = control_engine(config), config.owner
     if run_id is not None:
         with user_errors(RunNotFoundError, NotOwnerError):
             owned_run(engine, run_id, owner)
@@ -101,6 +103,7 @@ def _render(lineage: CheckpointLineage) -> None:
 
 @checkpoint_app.command("show")
 def show(
+    ctx: typer.Context,
     checkpoint_id: str = typer.Argument(
         ..., metavar="CKPT", help="The checkpoint's tinker:// path, or a unique prefix or suffix."
     ),
@@ -108,10 +111,10 @@ def show(
 ) -> None:
     """One checkpoint: its producing run and batch, base model and optimizer steps, the
     sampling groups recorded against it, and every run that selected it."""
-    engine = control_engine()
+    config: Settings = ctx.obj
+    engine = control_engine(config)
     with user_errors(CheckpointNotFoundError):
-        checkpoint = resolve_checkpoint(engine, settings().owner, checkpoint_id)
-    config = settings()
+        checkpoint = resolve_checkpoint(engine, config.owner, checkpoint_id)
     store = open_object_store(config.objects_url, endpoint_url=config.s3_endpoint_url)
     lineage = checkpoint_lineage(engine, store, checkpoint)
     emit("checkpoint show", lineage, as_json, lambda: _render(lineage))

@@ -1,4 +1,5 @@
-"""The root command group: failures of the control path reported as one line, not a traceback.
+"""The root command group: the settings read once for the invoked command (its context's
+`obj`), and failures of the control path reported as one line, not a traceback.
 
 Any command may open the control database first thing; in production that is PostgreSQL
 with password authentication, so a missing or wrong password, or a server that is down,
@@ -17,14 +18,14 @@ from typer.core import TyperGroup
 
 from synth_pipelines.cli.lazy_commands import CommandSource, LazyCommand
 from synth_pipelines.cli.output import fail
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings, settings
 
 
-def _shown_database_url() -> str:
+def _shown_database_url(config: Settings) -> str:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
-    url = settings().control_database_url
+    url = config.control_database_url
     try:
         return make_url(url).render_as_string(hide_password=True)
     except ArgumentError:
@@ -59,6 +60,9 @@ class SynthGroup(TyperGroup):
 
     def invoke(self, ctx: typer.Context) -> Any:
         interrupts_by_default()
+        # Every command's context inherits this `obj`: the command reads it (`ctx.obj`)
+        # instead of the environment.
+        ctx.obj = config = settings()
         try:
             return super().invoke(ctx)
         except Exception as error:
@@ -68,7 +72,7 @@ class SynthGroup(TyperGroup):
                 raise
             said = str(getattr(error, "orig", None) or error).strip().splitlines()[0]
             fail(
-                f"the control database at {_shown_database_url()} refused this command: "
+                f"the control database at {_shown_database_url(config)} refused this command: "
                 f"{said}; check SYNTH_DATABASE_URL (user, password, host and port, e.g. "
                 "postgresql+psycopg2://USER:PASSWORD@HOST:5432/synth_control) and that the "
                 "server is running"

@@ -15,7 +15,7 @@ from synth_pipelines.cli.output import (
     user_errors,
 )
 from synth_pipelines.cli.progress import ProgressDisplay, PublishProgress
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.table_outputs import current_table_ref
 from synth_pipelines.registry.datasets import (
@@ -33,13 +33,13 @@ dataset_app = typer.Typer(
 )
 
 
-def _store():
-    config = settings()
+def _store(config: Settings):
     return open_object_store(config.objects_url, endpoint_url=config.s3_endpoint_url)
 
 
 @dataset_app.command("publish")
 def publish(
+    ctx: typer.Context,
     directory: Path = typer.Argument(..., help="A task directory, or a directory of tasks."),
     name: str = typer.Option(..., "--name", help="Dataset name, 'org/name'."),
     version: str = typer.Option(..., "--version", help="Version label, e.g. v1."),
@@ -52,7 +52,8 @@ def publish(
     progress'`), stdout keeping only the document."""
     from resources.dagster_instance import report_dataset_published
 
-    engine, store = control_engine(), _store()
+    config: Settings = ctx.obj
+    engine, store = control_engine(config), _store(config)
     with (
         user_errors(DatasetError),
         ProgressDisplay("json" if as_json else "bar", errors) as display,
@@ -62,12 +63,12 @@ def publish(
             display.show(PublishProgress(f"{name}@{version}", phase, task, done, total))
 
         dataset, created = publish_dataset(
-            engine, store, directory, name, version, settings().owner, description, task_done
+            engine, store, directory, name, version, config.owner, description, task_done
         )
     if created:
         table = current_table_ref(engine, "dataset_tasks", dataset.ref)
         assert table is not None
-        report_dataset_published(dataset, table, store.uri(table.key))
+        report_dataset_published(config.dagster_home, dataset, table, store.uri(table.key))
     emit(
         "dataset publish",
         {**dataset.model_dump(), "created": created},
@@ -81,11 +82,12 @@ def publish(
 
 @dataset_app.command("show")
 def show(
+    ctx: typer.Context,
     ref: str = typer.Argument(..., help="org/name@version"),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """The tasks of a dataset version, in order, with their digests."""
-    engine = control_engine()
+    engine = control_engine(ctx.obj)
     with user_errors(DatasetError):
         dataset = get_dataset(engine, ref)
     tasks = read_page(engine, dataset, 0, dataset.task_count)
@@ -106,9 +108,9 @@ def show(
 
 
 @dataset_app.command("list")
-def list_(as_json: bool = JSON_OPTION) -> None:
+def list_(ctx: typer.Context, as_json: bool = JSON_OPTION) -> None:
     """Every published dataset version."""
-    versions = list_datasets(control_engine())
+    versions = list_datasets(control_engine(ctx.obj))
 
     def render() -> None:
         table = folding_table("dataset", "tasks", "digest", "published")

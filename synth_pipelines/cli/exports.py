@@ -10,7 +10,7 @@ import typer
 from synth_pipelines.cli.output import EXIT_RUN_FAILED, JSON_OPTION, console, emit, fail
 from synth_pipelines.cli.run_control import run_app
 from synth_pipelines.cli.runs import checked_choice, my_run
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.storage.objectstore import open_object_store
 
@@ -20,6 +20,7 @@ FORMATS = ("parquet", "csv")
 
 @run_app.command("export")
 def export(
+    ctx: typer.Context,
     run_id: str = typer.Argument(..., help="The run, by its id or a unique prefix of it."),
     what: str = typer.Option(..., "--what", help=f"Which table: {', '.join(WHAT)}."),
     file_format: str = typer.Option("parquet", "--format", help=f"{' or '.join(FORMATS)}."),
@@ -32,14 +33,14 @@ def export(
     row per captured model call with its token ids and logprobs as lists (JSON in CSV)."""
     checked_choice(what, "--what", WHAT)
     checked_choice(file_format, "--format", FORMATS)
-    engine = control_engine()
-    run = my_run(engine, run_id)
+    config: Settings = ctx.obj
+    engine = control_engine(config)
+    run = my_run(engine, run_id, config.owner)
     out = out or Path(f"{run.run_id}-{what}.{file_format}")
     if not out.parent.is_dir():
         fail(f"--out {out}: directory {out.parent} does not exist")
     if out.is_dir():
         fail(f"--out {out} is a directory; name the file to write")
-    config = settings()
     store = open_object_store(config.objects_url, endpoint_url=config.s3_endpoint_url)
     from synth_pipelines.runtime.run_tables import READERS, EvidenceUnreadableError, write_table
 

@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from synth_pipelines.cli.output import JSON_OPTION, UserError, console, emit, errors, user_errors
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.sandbox.bases import BASE_ENV, KNOWN_BASES, BaseImages
 from synth_pipelines.sandbox.dockerfile import read_dockerfile
 from synth_pipelines.sandbox.errors import ImageBuildError, SandboxStartError, UnsupportedTaskError
@@ -45,15 +45,15 @@ def _layer_document(store: LayerStore, layer: Layer) -> dict:
     }
 
 
-def _store() -> LayerStore:
-    return LayerStore(settings().images_dir / "layers")
+def _store(config: Settings) -> LayerStore:
+    return LayerStore(config.images_dir / "layers")
 
 
 @image_app.command("list")
-def list_images(as_json: bool = JSON_OPTION) -> None:
+def list_images(ctx: typer.Context, as_json: bool = JSON_OPTION) -> None:
     """The cached bases and layers, with their sizes, least recently used first."""
-    config = settings()
-    store = _store()
+    config: Settings = ctx.obj
+    store = _store(config)
     images = BaseImages(config.images_dir, store, config.debian_mirror)
     names: dict[Path, list[str]] = {}
     for name, base in sorted(KNOWN_BASES.items()):
@@ -141,6 +141,7 @@ async def _build(task_dir: Path, builder: ImageBuilder) -> dict:
 
 @image_app.command("build")
 def build(
+    ctx: typer.Context,
     path: Path = typer.Argument(..., help="A task directory, or a directory of tasks."),
     as_json: bool = JSON_OPTION,
 ) -> None:
@@ -155,7 +156,7 @@ def build(
             raise UserError(f"{path} is not a directory")
         built = []
         for task_dir in _task_dirs(path):
-            builder = ImageBuilder.configured(settings(), progress(task_dir.name))
+            builder = ImageBuilder.configured(ctx.obj, progress(task_dir.name))
             built.append(asyncio.run(_build(task_dir, builder)))
 
     def render() -> None:
@@ -179,20 +180,20 @@ def build(
 
 
 @image_app.command("project")
-def project(as_json: bool = JSON_OPTION) -> None:
+def project(ctx: typer.Context, as_json: bool = JSON_OPTION) -> None:
     """Build the project's image, which a Docker deployment's run workers run in, on the
     platform's Docker engine (progress on stderr); an image of the same inputs is reused.
     Set SYNTH_PROJECT_IMAGE to the tag it prints."""
-    from synth_pipelines.services.dockerd import DockerDaemonError, daemon
+    from synth_pipelines.services.dockerd import DockerDaemon, DockerDaemonError
     from synth_pipelines.services.project_image import ProjectImageError, build_project_image
 
     def progress(line: str) -> None:
         errors.print(f"[dim]{line}[/]", highlight=False, soft_wrap=True)
 
     with user_errors(ProjectImageError, DockerDaemonError, SandboxStartError, OSError):
-        engine = daemon()
+        config: Settings = ctx.obj
+        engine = DockerDaemon.of(config.images_dir, config.project_root)
         engine.ensure()
-        config = settings()
         image = build_project_image(
             engine,
             progress,
@@ -218,6 +219,7 @@ def project(as_json: bool = JSON_OPTION) -> None:
 
 @image_app.command("prune")
 def prune(
+    ctx: typer.Context,
     keep_mb: int | None = typer.Option(
         None,
         "--keep-mb",
@@ -229,8 +231,9 @@ def prune(
 ) -> None:
     """Remove least recently used layers (with the layers built on them) that no
     running sandbox stands on; base tarballs are kept."""
-    store = _store()
-    keep = (settings().image_cache_mb if keep_mb is None else keep_mb) << 20
+    config: Settings = ctx.obj
+    store = _store(config)
+    keep = (config.image_cache_mb if keep_mb is None else keep_mb) << 20
     removed = [_layer_document(store, layer) for layer in store.prune(keep)]
     data = {
         "keep_bytes": keep,

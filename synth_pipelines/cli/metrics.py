@@ -15,11 +15,13 @@ from synth_pipelines.cli.batch_learning import (
 )
 from synth_pipelines.cli.output import JSON_OPTION, console, emit, fail
 from synth_pipelines.cli.runs import my_run, run_app
+from synth_pipelines.config import Settings
 from synth_pipelines.control.database import control_engine
 
 
 @run_app.command("metrics")
 def metrics(
+    ctx: typer.Context,
     run_id: str = typer.Argument(...),
     as_csv: bool = typer.Option(
         False, "--csv", help="CSV on stdout: a header row, then one row per batch."
@@ -31,8 +33,9 @@ def metrics(
     applied and the sampler/trainer KL (null for a run that does not train)."""
     if as_csv and as_json:
         fail("give at most one of --json and --csv")
-    engine = control_engine()
-    run = my_run(engine, run_id)
+    config: Settings = ctx.obj
+    engine = control_engine(config)
+    run = my_run(engine, run_id, config.owner)
     series = batch_series(engine, run.run_id)
     if as_csv:
         writer = csv.DictWriter(sys.stdout, fieldnames=SERIES_FIELDS, lineterminator="\n")

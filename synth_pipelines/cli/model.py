@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from synth_pipelines.cli.output import JSON_OPTION, console, emit, fail, user_errors
+from synth_pipelines.config import Settings
 from synth_pipelines.rendering.model_names import DEFAULT_MAX_LOADED, QWEN3_TINY, SEEDED_MODEL_NAMES
 
 model_app = typer.Typer(name="model", no_args_is_help=True)
@@ -31,6 +32,7 @@ def model() -> None:
 
 @model_app.command()
 def serve(
+    ctx: typer.Context,
     base_model: Annotated[
         list[str] | None,
         typer.Option(
@@ -62,8 +64,15 @@ def serve(
 
     keep_freed_memory()
     names = base_model or [QWEN3_TINY]
+    config: Settings = ctx.obj
     try:
-        app = create_app(names, scripted=scripted, max_loaded=max_loaded)
+        app = create_app(
+            names,
+            scripted=scripted,
+            object_store_url=config.objects_url,
+            s3_endpoint_url=config.s3_endpoint_url,
+            max_loaded=max_loaded,
+        )
     except UserError as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None
@@ -81,6 +90,7 @@ def serve(
 
 @model_app.command()
 def teach(
+    ctx: typer.Context,
     dataset: Annotated[str, typer.Option(help="The dataset whose demonstrations to answer with.")],
     actor: Annotated[
         str,
@@ -104,7 +114,6 @@ def teach(
     those answers; a warm start with `captured_run` then learns from the captures."""
     import httpx
 
-    from synth_pipelines.config import settings
     from synth_pipelines.control.database import control_engine
     from synth_pipelines.learning.demonstrations import DemonstrationError
     from synth_pipelines.learning.teacher import dataset_demonstrations, dataset_script
@@ -114,9 +123,9 @@ def teach(
     from synth_pipelines.submission.run_requests import read_profile
     from synth_pipelines.tls import client_context
 
-    config = settings()
+    config: Settings = ctx.obj
     target = url or config.teacher_service_url
-    engine = control_engine()
+    engine = control_engine(config)
     store = open_object_store(config.objects_url, endpoint_url=config.s3_endpoint_url)
     with user_errors(DatasetError, DemonstrationError):
         version = get_dataset(engine, dataset)
@@ -160,13 +169,12 @@ def teach(
 
 
 @model_app.command("list")
-def list_models(as_json: bool = JSON_OPTION) -> None:
+def list_models(ctx: typer.Context, as_json: bool = JSON_OPTION) -> None:
     """The models the capture proxy serves (the built-in ones and `SYNTH_MODEL_REGISTRY`'s):
     family, context and output limits, route, and whether the platform can train them."""
-    from synth_pipelines.config import settings
     from synth_pipelines.rendering.model_registry import served_registry
 
-    config = settings()
+    config: Settings = ctx.obj
     with user_errors(ValueError):
         registry = served_registry(config.teacher_service_url, config.model_registry)
     data = [info.model_dump(include=SERVED_MODEL_FIELDS) for info in registry.model_list().data]

@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from synth_pipelines.cli.output import JSON_OPTION, console, emit, folding_table
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.admission_lease import Lease
 from synth_pipelines.control.admission_leases import PoolUse, pool_leases
 from synth_pipelines.control.database import control_engine
@@ -36,12 +36,13 @@ def _leases_table(title: str, leases: list[Lease], now: datetime) -> Table:
 
 
 @pool_app.command("show")
-def show(as_json: bool = JSON_OPTION) -> None:
+def show(ctx: typer.Context, as_json: bool = JSON_OPTION) -> None:
     """The pool's limits and use, its held leases and the requests waiting, oldest first
     (the pool is `SYNTH_ADMISSION_POOL`, by default this host's name)."""
-    pool = WorkerPool.configured(settings())
+    config: Settings = ctx.obj
+    pool = WorkerPool.configured(config)
     pool_name = pool.name
-    leases = pool_leases(control_engine(), pool_name)
+    leases = pool_leases(control_engine(config), pool_name)
     now = datetime.now(UTC)
     held = [lease for lease in leases if lease.state == "held"]
     waiting = [lease for lease in leases if lease.state == "waiting"]

@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from synth_pipelines.cli.output import JSON_OPTION, console, emit, user_errors
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.registry.profiles import (
     ProfileError,
@@ -25,12 +25,15 @@ profile_app = typer.Typer(
 
 @profile_app.command("publish")
 def publish(
-    path: Path = typer.Argument(..., help="A profile JSON file."), as_json: bool = JSON_OPTION
+    ctx: typer.Context,
+    path: Path = typer.Argument(..., help="A profile JSON file."),
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Store an immutable profile version (republishing different bytes is refused)."""
+    config: Settings = ctx.obj
     with user_errors(ProfileError):
         document = read_json_argument(f"@{path}", "profile")
-        published, created = publish_profile(control_engine(), document, settings().owner)
+        published, created = publish_profile(control_engine(config), document, config.owner)
     emit(
         "profile publish",
         {**published.model_dump(), "created": created},
@@ -44,11 +47,13 @@ def publish(
 
 @profile_app.command("show")
 def show(
-    ref: str = typer.Argument(..., help="org/name@version"), as_json: bool = JSON_OPTION
+    ctx: typer.Context,
+    ref: str = typer.Argument(..., help="org/name@version"),
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """The canonical bytes of a profile version and their digest."""
     with user_errors(ProfileError):
-        published = get_profile(control_engine(), ref)
+        published = get_profile(control_engine(ctx.obj), ref)
 
     def render() -> None:
         console.print(
@@ -60,9 +65,9 @@ def show(
 
 
 @profile_app.command("list")
-def list_(as_json: bool = JSON_OPTION) -> None:
+def list_(ctx: typer.Context, as_json: bool = JSON_OPTION) -> None:
     """Every published profile version."""
-    published = list_profiles(control_engine())
+    published = list_profiles(control_engine(ctx.obj))
 
     def render() -> None:
         table = Table("profile", "engine", "role", "digest", "published")

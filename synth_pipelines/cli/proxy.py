@@ -5,13 +5,14 @@ from __future__ import annotations
 import typer
 
 from synth_pipelines.cli.output import JSON_OPTION, console, emit, user_errors
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 
 proxy_app = typer.Typer(help="The capture proxy and its scoped tokens.", no_args_is_help=True)
 
 
 @proxy_app.command("serve")
 def serve(
+    ctx: typer.Context,
     workers: int | None = typer.Option(
         None,
         "--workers",
@@ -29,10 +30,11 @@ def serve(
 
     # The proxy's published evidence is reported to Dagster for lineage; the proxy itself
     # does not know Dagster.
-    reporter = DagsterReporter()
+    config: Settings = ctx.obj
+    reporter = DagsterReporter(config.dagster_home)
     try:
         run(
-            settings(),
+            config,
             workers=DEFAULT_WORKERS if workers is None else workers,
             report_published=reporter,
         )
@@ -42,6 +44,7 @@ def serve(
 
 @proxy_app.command("token")
 def token(
+    ctx: typer.Context,
     run: str = typer.Option(..., "--run", help="Run the token is bound to."),
     attempt: str = typer.Option(..., "--attempt", help="Attempt the token is bound to."),
     model: str = typer.Option(..., "--model", help="The only model the token may sample."),
@@ -54,7 +57,7 @@ def token(
     tests); the key is never created here."""
     from synth_pipelines.credentials import SigningKeyError, mint_token, read_signing_key
 
-    config = settings()
+    config: Settings = ctx.obj
     with user_errors(SigningKeyError):
         value = mint_token(
             read_signing_key(config.signing_key_path),

@@ -15,7 +15,7 @@ from synth_pipelines.cli.output import (
     user_errors,
 )
 from synth_pipelines.cli.runs import EXIT_INTERRUPTED, my_run, run_app
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.control.checkpoints import run_checkpoints
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.policy_updates import UnresolvedUpdateError
@@ -24,17 +24,19 @@ from synth_pipelines.storage.objectstore import open_object_store
 from synth_pipelines.submission.errors import SubmissionError
 
 
-def _store():
-    config = settings()
+def _store(config: Settings):
     return open_object_store(config.objects_url, endpoint_url=config.s3_endpoint_url)
 
 
 @run_app.command("checkpoints")
-def checkpoints(run_id: str = typer.Argument(...), as_json: bool = JSON_OPTION) -> None:
+def checkpoints(
+    ctx: typer.Context, run_id: str = typer.Argument(...), as_json: bool = JSON_OPTION
+) -> None:
     """The checkpoints a training run committed, one per batch, with their lineage; only
     the run's owner may see them."""
-    engine = control_engine()
-    found = run_checkpoints(engine, my_run(engine, run_id).run_id)
+    config: Settings = ctx.obj
+    engine = control_engine(config)
+    found = run_checkpoints(engine, my_run(engine, run_id, config.owner).run_id)
 
     def render() -> None:
         table = folding_table("batch", "sampler (use with --model)", "optimizer steps", "cursor")
@@ -51,12 +53,15 @@ def checkpoints(run_id: str = typer.Argument(...), as_json: bool = JSON_OPTION) 
 
 
 @run_app.command("resume")
-def resume(run_id: str = typer.Argument(...), as_json: bool = JSON_OPTION) -> None:
+def resume(
+    ctx: typer.Context, run_id: str = typer.Argument(...), as_json: bool = JSON_OPTION
+) -> None:
     """Relaunch an interrupted run from its unfinished batch (never past an unresolved update)."""
     from synth_pipelines.control.run_lifecycle import RunNotActiveError, resume_run
 
-    engine = control_engine()
-    run_id = my_run(engine, run_id).run_id
+    config: Settings = ctx.obj
+    engine = control_engine(config)
+    run_id = my_run(engine, run_id, config.owner).run_id
     with user_errors(RunNotFoundError, RunNotActiveError, UnresolvedUpdateError):
         index = resume_run(engine, run_id)
     emit(
@@ -69,6 +74,7 @@ def resume(run_id: str = typer.Argument(...), as_json: bool = JSON_OPTION) -> No
 
 @run_app.command("cancel")
 def cancel(
+    ctx: typer.Context,
     run_id: str = typer.Argument(...),
     reason: str = typer.Option("cancelled by the operator", "--reason"),
     as_json: bool = JSON_OPTION,
@@ -77,10 +83,11 @@ def cancel(
     from resources.dagster_instance import terminate_batch_runs
     from synth_pipelines.control.run_lifecycle import cancel_run
 
-    engine = control_engine()
-    run_id = my_run(engine, run_id).run_id
+    config: Settings = ctx.obj
+    engine = control_engine(config)
+    run_id = my_run(engine, run_id, config.owner).run_id
     cancelled = cancel_run(engine, run_id, reason)
-    terminated = terminate_batch_runs(run_id) if cancelled else []
+    terminated = terminate_batch_runs(config.dagster_home, run_id) if cancelled else []
     status = get_run(engine, run_id).status
     emit(
         "run cancel",
@@ -95,6 +102,7 @@ def cancel(
 
 @run_app.command("regrade")
 def regrade(
+    ctx: typer.Context,
     run_id: str = typer.Argument(...),
     judge: str | None = typer.Option(
         None,
@@ -116,23 +124,30 @@ def regrade(
     from synth_pipelines.cli.progress import ProgressDisplay, RegradeCounter
     from synth_pipelines.runtime.regrade import RegradeRefusedError
     from synth_pipelines.runtime.regrade_request import request_regrade
-    from synth_pipelines.services.dagster_graphql import DagsterUnavailableError, backfill_status
+    from synth_pipelines.services.dagster_graphql import (
+        DagsterUnavailableError,
+        DagsterWebserver,
+        backfill_status,
+    )
     from synth_pipelines.submission.run_requests import read_profile
 
-    engine = control_engine()
-    run = my_run(engine, run_id)
+    config: Settings = ctx.obj
+    engine, webserver = control_engine(config), DagsterWebserver.of(config)
+    run = my_run(engine, run_id, config.owner)
     run_id = run.run_id
     with user_errors(RegradeRefusedError, DagsterUnavailableError, SubmissionError):
         pinned = read_profile(engine, judge, "judge profile") if judge else None
-        started = request_regrade(engine, _store(), run, pinned)
+        started = request_regrade(
+            engine, _store(config), run, pinned, work_dir=config.work_dir, webserver=webserver
+        )
     status = "requested"
-    backfill_url = f"{settings().dagster_url}/runs/b/{started.backfill_id}"
+    backfill_url = f"{config.dagster_url}/runs/b/{started.backfill_id}"
     if wait:
         counter = RegradeCounter(engine, started)
         try:
             with ProgressDisplay("json" if as_json else "bar", errors) as display:
                 while True:
-                    status = backfill_status(settings().dagster_url, started.backfill_id)
+                    status = backfill_status(webserver, started.backfill_id)
                     counts = counter.poll(status)
                     display.show(counts)
                     failed = status in ("FAILED", "CANCELED", "COMPLETED_FAILED")

@@ -23,7 +23,7 @@ from synth_pipelines.cli.output import (
     user_errors,
 )
 from synth_pipelines.cli.progress import WAIT_HELP, ProgressDisplay, RunCounter
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.run_event import RunEvent
 from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.control.database import control_engine
@@ -57,16 +57,15 @@ EXIT_INTERRUPTED = 130
 run_app = typer.Typer(help="Submit experiments and inspect their runs.", no_args_is_help=True)
 
 
-def _store():
-    config = settings()
+def _store(config: Settings):
     return open_object_store(config.objects_url, endpoint_url=config.s3_endpoint_url)
 
 
-def dagster_runs_url(run_id: str) -> str:
-    return f"{settings().dagster_url}/runs?q%5B0%5D=tag%3Asynth%2Frun%3D{run_id}"
+def dagster_runs_url(dagster_url: str, run_id: str) -> str:
+    return f"{dagster_url}/runs?q%5B0%5D=tag%3Asynth%2Frun%3D{run_id}"
 
 
-def _run_summary(run: RunRecord) -> dict:
+def _run_summary(run: RunRecord, dagster_url: str) -> dict:
     spec = run.spec
     return {
         "run_id": run.run_id,
@@ -83,12 +82,13 @@ def _run_summary(run: RunRecord) -> dict:
         "idempotency_key": run.idempotency_key,
         "created_at": run.created_at.isoformat(),
         "updated_at": run.updated_at.isoformat(),
-        "dagster_url": dagster_runs_url(run.run_id),
+        "dagster_url": dagster_runs_url(dagster_url, run.run_id),
     }
 
 
 @run_app.command("start")
 def start(
+    ctx: typer.Context,
     dataset: str = typer.Option(..., "--dataset", help="Dataset version, org/name@version."),
     actor: str = typer.Option(
         ...,
@@ -112,6 +112,7 @@ def start(
     from synth_pipelines.submission.run_requests import Submission
 
     start_run(
+        ctx.obj,
         Submission(dataset=dataset, actor=actor, plan=plan, judge=judge, model=model),
         idempotency_key,
         wait=wait,
@@ -120,27 +121,32 @@ def start(
 
 
 def start_run(
-    submission: Submission, idempotency_key: str | None, *, wait: bool, as_json: bool
+    config: Settings,
+    submission: Submission,
+    idempotency_key: str | None,
+    *,
+    wait: bool,
+    as_json: bool,
 ) -> None:
     from synth_pipelines.registry.datasets import DatasetError
     from synth_pipelines.runtime.served_models import ModelNotServedError, served_models
     from synth_pipelines.submission.run_requests import submit_run
 
-    config = settings()
+    engine = control_engine(config)
     with user_errors(DatasetError, IdempotencyConflictError, ModelNotServedError):
         run, created = submit_run(
-            control_engine(),
+            engine,
             submission,
             config.owner,
             idempotency_key,
             models=served_models(config),
         )
     if wait:
-        finish_waiting(wait_for_run(run.run_id, as_json), as_json)
+        finish_waiting(config, wait_for_run(engine, run.run_id, as_json), as_json)
         return
     emit(
         "run start",
-        {**_run_summary(run), "created": created},
+        {**_run_summary(run, config.dagster_url), "created": created},
         as_json,
         lambda: console.print(
             f"{'accepted' if created else 'already accepted'} run [bold]{run.run_id}[/] "
@@ -149,18 +155,16 @@ def start_run(
     )
 
 
-def my_run(engine: Engine, run_id: str) -> RunRecord:
+def my_run(engine: Engine, run_id: str, owner: str) -> RunRecord:
     """The run named by its whole id or a unique prefix of it, if the operator
-    (`SYNTH_OWNER`) owns it; otherwise a one-line refusal."""
-    owner = settings().owner
+    (`SYNTH_OWNER`, `owner`) owns it; otherwise a one-line refusal."""
     with user_errors(RunNotFoundError, AmbiguousRunIdError, NotOwnerError):
         return owned_run(engine, resolve_run_id(engine, run_id, owner), owner)
 
 
-def follow_run(run_id: str, *, as_json: bool, poll_sec: float = 1.0) -> RunRecord:
+def follow_run(engine: Engine, run_id: str, *, as_json: bool, poll_sec: float = 1.0) -> RunRecord:
     """Wait for a run to finish (or be interrupted), showing its progress on stderr: a bar,
     or with `--json` a JSON line per change."""
-    engine = control_engine()
     run = get_run(engine, run_id)
     counter = RunCounter(engine, run)
     with ProgressDisplay("json" if as_json else "bar", errors) as display:
@@ -172,11 +176,11 @@ def follow_run(run_id: str, *, as_json: bool, poll_sec: float = 1.0) -> RunRecor
             time.sleep(poll_sec)
 
 
-def wait_for_run(run_id: str, as_json: bool) -> RunRecord:
+def wait_for_run(engine: Engine, run_id: str, as_json: bool) -> RunRecord:
     """`follow_run`, where Ctrl-C stops the waiting and never the run: one line says how
     to wait again, and the command exits 130."""
     try:
-        return follow_run(run_id, as_json=as_json)
+        return follow_run(engine, run_id, as_json=as_json)
     except KeyboardInterrupt:
         errors.print(
             f"stopped waiting; run {run_id} goes on: wait again with `synth run wait {run_id}`",
@@ -186,9 +190,9 @@ def wait_for_run(run_id: str, as_json: bool) -> RunRecord:
         raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
-def finish_waiting(run: RunRecord, as_json: bool) -> None:
+def finish_waiting(config: Settings, run: RunRecord, as_json: bool) -> None:
     """The finished run's results, and exit 1 unless it succeeded."""
-    show_results(run, as_json)
+    show_results(config, run, as_json)
     if run.status != "succeeded":
         if run.status == "interrupted":
             errors.print(
@@ -199,12 +203,16 @@ def finish_waiting(run: RunRecord, as_json: bool) -> None:
 
 
 @run_app.command("wait")
-def wait_command(run_id: str = typer.Argument(...), as_json: bool = JSON_OPTION) -> None:
+def wait_command(
+    ctx: typer.Context, run_id: str = typer.Argument(...), as_json: bool = JSON_OPTION
+) -> None:
     """Follow a run already started until it finishes, with the progress of `run start
     --wait` on stderr (JSON lines with `--json`), then print what `run show` prints.
     Ctrl-C stops the waiting, not the run."""
-    run = my_run(control_engine(), run_id)
-    finish_waiting(wait_for_run(run.run_id, as_json), as_json)
+    config: Settings = ctx.obj
+    engine = control_engine(config)
+    run = my_run(engine, run_id, config.owner)
+    finish_waiting(config, wait_for_run(engine, run.run_id, as_json), as_json)
 
 
 def _results_table(results: RunResults) -> Table:
@@ -236,7 +244,7 @@ def describe_stop(stop: dict) -> str:
     return f"{stop['event']}{where}: {cause['error_type']}: {cause['message']}{attempt}"
 
 
-def show_results(run: RunRecord, as_json: bool) -> None:
+def show_results(config: Settings, run: RunRecord, as_json: bool) -> None:
     from synth_pipelines.cli.batch_learning import (
         batch_series,
         learning_rows,
@@ -248,13 +256,13 @@ def show_results(run: RunRecord, as_json: bool) -> None:
     from synth_pipelines.control.run_documents import current_fingerprint, store_run_document
     from synth_pipelines.runtime.results import collect_results
 
-    store = _store()
-    engine = control_engine()
+    store = _store(config)
+    engine = control_engine(config)
     kept = None
     if as_json:
         # Fingerprint first, then read: a change made while this reads leaves the kept
         # document marked older than what it holds, so it is built again, never served stale.
-        kept = current_fingerprint(engine, run.run_id, settings().objects_url)
+        kept = current_fingerprint(engine, run.run_id, config.objects_url)
         run = get_run(engine, run.run_id)
     results = collect_results(engine, store, run)
     summary = results.summary
@@ -304,10 +312,10 @@ def show_results(run: RunRecord, as_json: bool) -> None:
         for warning in warnings:
             errors.print(f"warning: {warning}", soft_wrap=True, highlight=False)
         console.print(f"trial records: {store.uri(f'runs/{run.run_id}/trials')}")
-        console.print(f"Dagster UI: {dagster_runs_url(run.run_id)}")
+        console.print(f"Dagster UI: {dagster_runs_url(config.dagster_url, run.run_id)}")
 
     data = {
-        **_run_summary(run),
+        **_run_summary(run, config.dagster_url),
         "summary": summary.as_dict(),
         "stopped_by": stop,
         "batches_done": results.batches_done,
@@ -326,6 +334,7 @@ def show_results(run: RunRecord, as_json: bool) -> None:
 
 @run_app.command("show")
 def show(
+    ctx: typer.Context,
     run_id: str = typer.Argument(...),
     assessments: bool = typer.Option(
         False, "--assessments", help="Compare every assessor of the run's work (regrades)."
@@ -333,23 +342,24 @@ def show(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Status, per-task attempts and rewards, pass rate, and where the work is."""
-    run = my_run(control_engine(), run_id)
+    config: Settings = ctx.obj
+    run = my_run(control_engine(config), run_id, config.owner)
     if assessments:
-        show_assessments(run, as_json)
+        show_assessments(config, run, as_json)
     else:
-        show_results(run, as_json)
+        show_results(config, run, as_json)
     if run.status in ("failed", "interrupted"):
         raise typer.Exit(EXIT_RUN_FAILED)
 
 
-def show_assessments(run: RunRecord, as_json: bool) -> None:
+def show_assessments(config: Settings, run: RunRecord, as_json: bool) -> None:
     from synth_pipelines.runtime.assessment_comparison import (
         agreements,
         assessment_sets,
         verdicts_by_task,
     )
 
-    sets = assessment_sets(control_engine(), _store(), run)
+    sets = assessment_sets(control_engine(config), _store(config), run)
     pairs = agreements(sets)
     by_task = verdicts_by_task(sets)
 
@@ -424,6 +434,7 @@ def checked_choice(value: str | None, option: str, choices: tuple[str, ...]) -> 
 
 @run_app.command("list")
 def list_(
+    ctx: typer.Context,
     limit: int = typer.Option(50, "--limit", min=1),
     kind: str | None = typer.Option(None, "--kind", help=f"Only runs of this kind: {KINDS}."),
     status: str | None = typer.Option(
@@ -432,9 +443,10 @@ def list_(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Your recent runs (`SYNTH_OWNER`), newest first, with the model each sampled from."""
+    config: Settings = ctx.obj
     found = list_runs(
-        control_engine(),
-        owner=settings().owner,
+        control_engine(config),
+        owner=config.owner,
         limit=limit,
         kind=checked_choice(kind, "--kind", KINDS),
         status=checked_choice(status, "--status", STATUSES),
@@ -456,7 +468,7 @@ def list_(
             )
         console.print(table)
 
-    emit("run list", [_run_summary(run) for run in found], as_json, render)
+    emit("run list", [_run_summary(run, config.dagster_url) for run in found], as_json, render)
 
 
 def _print_event(event: RunEvent, as_json: bool) -> None:
@@ -474,14 +486,16 @@ def _print_event(event: RunEvent, as_json: bool) -> None:
 
 @run_app.command("events")
 def events(
+    ctx: typer.Context,
     run_id: str = typer.Argument(...),
     after: int = typer.Option(0, "--after", min=0, help="Resume after this cursor (seq)."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the run ends."),
     as_json: bool = JSON_LINES_OPTION,
 ) -> None:
     """Ordered run events; the seq of the last one printed is the cursor to resume from."""
-    engine = control_engine()
-    run_id = my_run(engine, run_id).run_id
+    config: Settings = ctx.obj
+    engine = control_engine(config)
+    run_id = my_run(engine, run_id, config.owner).run_id
     cursor = after
     while True:
         for event in read_events(engine, run_id=run_id, after=cursor):
@@ -498,6 +512,7 @@ def events(
 
 @run_app.command("compare")
 def compare(
+    ctx: typer.Context,
     baseline: str = typer.Argument(..., help="The run to compare against."),
     candidate: str = typer.Argument(..., help="The run that should be better."),
     max_platform_errors: float = typer.Option(
@@ -514,9 +529,10 @@ def compare(
     from synth_pipelines.runtime.comparison import Proportion, fisher_exact
     from synth_pipelines.runtime.results import collect_results
 
-    engine = control_engine()
-    store = _store()
-    runs = [my_run(engine, baseline), my_run(engine, candidate)]
+    config: Settings = ctx.obj
+    engine = control_engine(config)
+    store = _store(config)
+    runs = [my_run(engine, baseline, config.owner), my_run(engine, candidate, config.owner)]
     rows = []
     for run in runs:
         summary = collect_results(engine, store, run).summary

@@ -77,16 +77,18 @@ def _services_table(rows: list[dict[str, Any]]) -> None:
 
 
 @services_app.command("up")
-def up(production: bool = PRODUCTION_OPTION, as_json: bool = JSON_OPTION) -> None:
+def up(
+    ctx: typer.Context, production: bool = PRODUCTION_OPTION, as_json: bool = JSON_OPTION
+) -> None:
     """Start the embedded services unless they run: model service, proxy, Dagster code server,
     daemon and UI (--production: the production-shaped deployment)."""
+    config: Settings = ctx.obj
     if production:
-        _up_production(as_json)
+        _up_production(config, as_json)
         return
     from resources.dagster_instance import create_dagster_storage
     from synth_pipelines.services.embedded import embedded_services, write_code_server_workspace
 
-    config = settings()
     config.dagster_home.mkdir(parents=True, exist_ok=True)
     create_dagster_storage(str(config.dagster_home))
     write_code_server_workspace(config)
@@ -109,17 +111,17 @@ def _production_services(config: Settings, values: dict[str, str]) -> list[Any]:
 
 
 def _production_settings(values: dict[str, str]) -> Settings:
-    """This process configured as the deployment's processes are."""
+    """This process configured as the deployment's processes are: the services it starts
+    inherit its environment, and it reads the settings again from it."""
     os.environ.update(values)
-    settings.cache_clear()
     return settings()
 
 
-def _up_production(as_json: bool) -> None:
+def _up_production(operator: Settings, as_json: bool) -> None:
     from resources.dagster_instance import create_dagster_storage
     from synth_pipelines.sandbox.errors import SandboxStartError
     from synth_pipelines.services import production
-    from synth_pipelines.services.dockerd import DockerDaemonError, daemon
+    from synth_pipelines.services.dockerd import DockerDaemon, DockerDaemonError
     from synth_pipelines.services.embedded import write_code_server_workspace
     from synth_pipelines.services.project_image import ProjectImageError, build_project_image
 
@@ -127,12 +129,11 @@ def _up_production(as_json: bool) -> None:
         errors.print(f"[dim]{line}[/]", highlight=False, soft_wrap=True)
 
     began = time.monotonic()
-    operator = settings()
     layout = production.ProductionLayout.under(operator.state_dir)
     with user_errors(
         ProjectImageError, DockerDaemonError, SandboxStartError, production.ProductionError
     ):
-        engine = daemon()
+        engine = DockerDaemon.of(operator.images_dir, operator.project_root)
         engine.ensure()
         image = build_project_image(
             engine,
@@ -185,12 +186,15 @@ def _up_production(as_json: bool) -> None:
 
 
 @services_app.command("down")
-def down(production: bool = PRODUCTION_OPTION, as_json: bool = JSON_OPTION) -> None:
+def down(
+    ctx: typer.Context, production: bool = PRODUCTION_OPTION, as_json: bool = JSON_OPTION
+) -> None:
     """Stop the embedded services (--production: the production-shaped deployment, whose
     data stays for the next `synth up --production`)."""
     from synth_pipelines.services.embedded import embedded_services
     from synth_pipelines.services.supervisor import stop
 
+    config: Settings = ctx.obj
     if production:
         from synth_pipelines.services.production import (
             ProductionLayout,
@@ -198,14 +202,13 @@ def down(production: bool = PRODUCTION_OPTION, as_json: bool = JSON_OPTION) -> N
             server_services,
         )
 
-        layout = ProductionLayout.under(settings().state_dir)
+        layout = ProductionLayout.under(config.state_dir)
         if not layout.env_file.exists():
             fail(f"no production deployment in {layout.root}")
         values = read_env_file(layout.env_file)
         config = _production_settings(values)
         services = [*server_services(layout, values), *_production_services(config, values)]
     else:
-        config = settings()
         services = embedded_services(config)
     rows = [
         {"service": service.name, "stopped": stop(config.state_dir, service)}

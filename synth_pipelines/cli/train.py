@@ -6,6 +6,7 @@ import typer
 
 from synth_pipelines.cli.output import JSON_OPTION, console, emit, fail, user_errors
 from synth_pipelines.cli.progress import WAIT_HELP
+from synth_pipelines.config import Settings
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.policy_updates import (
     UnresolvedUpdateError,
@@ -18,6 +19,7 @@ train_app = typer.Typer(help="Train a model from task experience.", no_args_is_h
 
 @train_app.command("resolve")
 def resolve_update(
+    ctx: typer.Context,
     run_id: str = typer.Argument(...),
     inspect: bool = typer.Option(False, "--inspect", help="Show the unresolved update only."),
     discard: bool = typer.Option(
@@ -36,8 +38,9 @@ def resolve_update(
         fail("give exactly one of --inspect, --discard or --applied STATE_PATH")
     from synth_pipelines.cli.runs import my_run
 
-    engine = control_engine()
-    run_id = my_run(engine, run_id).run_id
+    config: Settings = ctx.obj
+    engine = control_engine(config)
+    run_id = my_run(engine, run_id, config.owner).run_id
     with user_errors(UnresolvedUpdateError):
         if inspect:
             pending = unresolved_updates(engine, run_id)
@@ -67,6 +70,7 @@ def resolve_update(
 
 @train_app.command("start")
 def start(
+    ctx: typer.Context,
     dataset: str = typer.Option(..., "--dataset", help="Dataset version, org/name@version."),
     actor: str = typer.Option(..., "--actor", help="Actor profile (@file, JSON or org/name@v)."),
     plan: str = typer.Option(
@@ -89,6 +93,7 @@ def start(
     from synth_pipelines.submission.run_requests import Submission
 
     start_run(
+        ctx.obj,
         Submission(
             dataset=dataset, actor=actor, plan=plan, model=model, kinds=("train", "warm_start")
         ),

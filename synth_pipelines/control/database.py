@@ -12,7 +12,7 @@ from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.control.schema import metadata
 
 # PostgreSQL advisory lock ids, one per step that processes must take one at a time.
@@ -81,5 +81,6 @@ def create_tables(engine: Engine) -> None:
                 raise
 
 
-def control_engine() -> Engine:
-    return engine_for(settings().control_database_url)
+def control_engine(config: Settings) -> Engine:
+    """The control database `config` names."""
+    return engine_for(config.control_database_url)

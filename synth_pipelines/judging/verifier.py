@@ -21,6 +21,7 @@ from harbor.verifier.base import BaseVerifier
 from harbor.verifier.verifier import RewardFileNotFoundError, VerifierOutputParseError
 
 from synth_pipelines.agents.model_route import check_model_route
+from synth_pipelines.agents.platform_access import PlatformAccess
 from synth_pipelines.agents.session import AttemptIdentity, run_profile
 from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.judging.instruction import (
@@ -70,10 +71,18 @@ def parse_verdict(json_text: str | None, plain_text: str | None) -> dict[str, fl
 
 
 class JudgeVerifier(BaseVerifier):
-    def __init__(self, *, judge: dict[str, Any], identity: dict[str, Any], **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        judge: dict[str, Any],
+        identity: dict[str, Any],
+        platform: PlatformAccess,
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
         self.judge = PinnedProfile.model_validate(judge)
         self.identity = AttemptIdentity(**identity)
+        self.platform = platform
 
     async def _read(self, path: str) -> str | None:
         found = await self.environment.exec(f"cat {shlex.quote(path)}", user="root")
@@ -101,11 +110,17 @@ class JudgeVerifier(BaseVerifier):
             instruction,
             identity,
             self.trial_paths.verifier_dir / "judge",
+            self.platform,
             timeout_sec=self.task.config.verifier.timeout_sec,
             log_dir="/logs/verifier/judge",
         )
         await check_model_route(
-            identity.run_id, identity.attempt_id, identity.role, started, outcome.result.exit_code
+            self.platform,
+            identity.run_id,
+            identity.attempt_id,
+            identity.role,
+            started,
+            outcome.result.exit_code,
         )
         verifier_dir = EnvironmentPaths.for_os(self.task.config.environment.os).verifier_dir
         if not environment.is_path_mounted(verifier_dir, self.trial_paths.verifier_dir):

@@ -18,7 +18,7 @@ import torch
 from sqlalchemy import Engine
 from tinker_cookbook.supervised.common import datum_from_model_input_weights
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.checkpoint import Checkpoint
 from synth_pipelines.contracts.plan import WarmStartPlan
 from synth_pipelines.contracts.run_spec import RunSpec, batch_key
@@ -64,12 +64,13 @@ def turn_datum(turn: DemonstrationTurn) -> tinker.Datum:
 
 
 def demonstration_datums(
-    engine: Engine, store: ObjectStore, spec: RunSpec, base_model: str
+    engine: Engine, store: ObjectStore, spec: RunSpec, base_model: str, deployment: Settings
 ) -> list[list[tinker.Datum]]:
     """Per example (a task's demonstration, or an attempt of the captured run), its turns'
-    datums: tasks of the run's dataset in order, up to the plan's limit."""
+    datums: tasks of the run's dataset in order, up to the plan's limit, rendered with the
+    deployment's model registry."""
     assert isinstance(spec.plan, WarmStartPlan)
-    registry = configured_registry(settings())
+    registry = configured_registry(deployment)
     if spec.plan.captured_run is not None:
         captured_run(engine, spec.plan.captured_run, spec.actor.digest, spec.owner)
         captured = captured_examples(engine, store, spec.plan.captured_run, registry, base_model)
@@ -89,7 +90,7 @@ def demonstration_datums(
         store,
         get_dataset(engine, spec.dataset.ref),
         "builtin",
-        settings().state_dir / "task-cache",
+        deployment.state_dir / "task-cache",
         spec.task_limit,
     )
     return [
@@ -116,6 +117,7 @@ def warm_start(
     store: ObjectStore,
     service: tinker.ServiceClient,
     spec: RunSpec,
+    deployment: Settings,
     progress: Callable[[int, float], None] = lambda step, loss: None,
 ) -> WarmStartResult:
     plan = spec.plan
@@ -124,7 +126,7 @@ def warm_start(
     if existing is not None:
         return WarmStartResult(existing, [], None, None)
     binding = bind_policy(engine, spec, 0)
-    per_task = demonstration_datums(engine, store, spec, binding.base_model)
+    per_task = demonstration_datums(engine, store, spec, binding.base_model, deployment)
     start_batch(engine, spec, 0, attempts=0)
     if binding.trainer_state is None:
         client = service.create_lora_training_client(

@@ -5,8 +5,8 @@ A plan's `environment.provider = "docker"` runs its tasks with Harbor's
 exec and transfer is Harbor's. This subclass changes only what an offline host needs:
 
 - every `docker` and `docker compose` call goes to the platform's daemon
-  (`services/dockerd.py`), started on first use, with the client configuration that
-  holds the Compose plugin;
+  (`services/dockerd.py`, in the image cache its kwargs name), started on first use,
+  with the client configuration that holds the Compose plugin;
 - each image a build starts FROM (or a prebuilt `docker_image`) that the daemon lacks is
   made from the base the local image builder makes from Debian's archive
   (`sandbox/bases.py`) and imported under exactly that tag, so the build finds it
@@ -26,12 +26,13 @@ has no NAT (see `services/dockerd.py`), as the bwrap sandbox has no network eith
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, override
+from typing import Any, ClassVar, Self, override
 
 from dockerfile_parse import DockerfileParser
 from harbor.environments.capabilities import EnvironmentCapabilities
@@ -41,11 +42,10 @@ from harbor.environments.docker.docker import DockerEnvironment
 from harbor.environments.docker.runtime import DOCKER_RUNTIME, ContainerRuntime
 from harbor.models.task.config import NetworkMode, NetworkPolicy
 
-from synth_pipelines.config import settings
 from synth_pipelines.sandbox import errors
 from synth_pipelines.sandbox.bases import BASE_ENV, BaseImage, BaseImages, available, resolve_base
 from synth_pipelines.sandbox.layers import LayerStore
-from synth_pipelines.services.dockerd import daemon, daemon_dir, ensure_dockerd
+from synth_pipelines.services.dockerd import DockerDaemon
 
 IMPORT_PATH = "synth_pipelines.runtime.docker_environment:OfflineDockerEnvironment"
 # Set on every base this environment imports: the key of the recipe it was made with, so
@@ -83,10 +83,10 @@ def base_references(dockerfile: Path) -> list[str]:
     return found
 
 
-def build_network_override() -> Path:
+def build_network_override(docker: DockerDaemon) -> Path:
     """A Compose override running the main image's build steps on the host's network:
     the daemon has no default bridge, and no NAT to give one a route out."""
-    path = daemon_dir() / "compose" / "build-on-host-network.json"
+    path = docker.root / "compose" / "build-on-host-network.json"
     content = json.dumps({"services": {"main": {"build": {"network": "host"}}}}, indent=2)
     if not path.exists() or path.read_text() != content:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -97,18 +97,31 @@ def build_network_override() -> Path:
 
 
 class OfflineDockerEnvironment(DockerEnvironment):
-    """Harbor's `DockerEnvironment` on the platform's daemon, with nothing pulled."""
+    """Harbor's `DockerEnvironment` on the platform's daemon, with nothing pulled: the one
+    of the image cache at `images_dir` (with the Compose plugin of `project_root`), whose
+    bases are made from `debian_mirror`."""
+
+    daemon: ClassVar[DockerDaemon]
+
+    def __new__(cls, *args: Any, images_dir: Path, project_root: Path, **kwargs: Any) -> Self:
+        # Harbor asks the class, not the instance, for its container runtime
+        # (`type(self).runtime()`): an environment is made of the class of its daemon.
+        return super().__new__(_on_daemon(DockerDaemon.of(images_dir, project_root)))
 
     def __init__(
         self,
         environment_dir: Path,
         environment_name: str,
         *,
+        images_dir: Path,
+        project_root: Path,
+        debian_mirror: str,
         network_policy: NetworkPolicy | None = None,
         phase_network_policies: Sequence[NetworkPolicy] | None = None,
         extra_docker_compose: Sequence[Path | str] | None = None,
         **kwargs: Any,
     ) -> None:
+        self._images = BaseImages(images_dir, LayerStore(images_dir / "layers"), debian_mirror)
         policies = [
             network_policy or NetworkPolicy(network_mode=NetworkMode.PUBLIC),
             *(phase_network_policies or ()),
@@ -150,7 +163,7 @@ class OfflineDockerEnvironment(DockerEnvironment):
     def runtime(cls) -> ContainerRuntime:
         # Flags rather than DOCKER_HOST/DOCKER_CONFIG in this process's environment: they
         # win over whatever the caller's environment points at, and change nothing else.
-        docker = daemon()
+        docker = cls.daemon
         client = ("docker", "--host", docker.host, "--config", str(docker.client_config))
         return replace(DOCKER_RUNTIME, engine=client, compose=(*client, "compose"))
 
@@ -174,8 +187,10 @@ class OfflineDockerEnvironment(DockerEnvironment):
     @classmethod
     @override
     def preflight(cls, kwargs: dict[str, Any] | None = None) -> None:
-        ensure_dockerd()
-        super().preflight(kwargs)
+        named = kwargs or {}
+        bound = _on_daemon(DockerDaemon.of(named["images_dir"], named["project_root"]))
+        bound.daemon.ensure()
+        super(OfflineDockerEnvironment, bound).preflight(kwargs)
 
     @property
     @override
@@ -183,7 +198,7 @@ class OfflineDockerEnvironment(DockerEnvironment):
         paths = super()._docker_compose_paths
         if not self._use_prebuilt:
             at = paths.index(self._DOCKER_COMPOSE_BUILD_PATH) + 1
-            paths.insert(at, build_network_override())
+            paths.insert(at, build_network_override(self.daemon))
         if self._no_network:
             paths.append(COMPOSE_NO_NETWORK_PATH)
         return paths
@@ -193,7 +208,7 @@ class OfflineDockerEnvironment(DockerEnvironment):
         # Harbor's installed agents import LiteLLM, which otherwise fetches its model cost
         # map from GitHub on import.
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-        await asyncio.to_thread(ensure_dockerd)
+        await asyncio.to_thread(self.daemon.ensure)
         if self.network_policy.network_mode == NetworkMode.PUBLIC:
             self.logger.info(
                 "Task %s asks for public network access; containers of the platform's "
@@ -223,8 +238,7 @@ class OfflineDockerEnvironment(DockerEnvironment):
         base = self._resolve(reference)
         if labels is not None and labels[BASE_LABEL] == base.key:
             return
-        images_dir = settings().images_dir
-        images = BaseImages(images_dir, LayerStore(images_dir / "layers"), settings().debian_mirror)
+        images = self._images
         async with images.store.exclusive(f"docker-{base.key[:16]}"):
             labels = await self._image_labels(reference)
             if labels is not None and labels.get(BASE_LABEL) == base.key:
@@ -275,3 +289,10 @@ class OfflineDockerEnvironment(DockerEnvironment):
                 f"(exit {process.returncode}): {stderr.decode(errors='replace').strip()}"
             )
         return None
+
+
+@functools.cache
+def _on_daemon(docker: DockerDaemon) -> type[OfflineDockerEnvironment]:
+    """The environment class of `docker`, made once per daemon."""
+    name = OfflineDockerEnvironment.__name__
+    return type(name, (OfflineDockerEnvironment,), {"daemon": docker, "__module__": __name__})

@@ -19,7 +19,9 @@ from harbor.models.trial.result import TrialResult
 
 from synth_pipelines.agents.engines import engine_runtime
 from synth_pipelines.agents.harbor_agent import IMPORT_PATH as PROFILE_AGENT
+from synth_pipelines.agents.platform_access import PlatformAccess
 from synth_pipelines.agents.session import AttemptIdentity
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.dataset import TaskRef
 from synth_pipelines.contracts.outcome_classes import classify
 from synth_pipelines.contracts.plan import ExecutionSettings
@@ -62,24 +64,32 @@ class Actor:
 
 
 def environment_config(
-    settings: ExecutionSettings, *profiles: Profile, host: HostSettings
+    settings: ExecutionSettings, deployment: Settings, *profiles: Profile
 ) -> EnvironmentConfig:
-    """The environment of the agent and of the separate verifier alike; locally it runs
-    on `host`'s places and binds what the launched engines of these profiles need
+    """The environment of the agent and of the separate verifier alike, on this
+    deployment's host; locally it binds what the launched engines of these profiles need
     (read-only) into both."""
     choice, overrides = settings.environment, settings.overrides
     kwargs: dict = dict(choice.kwargs)
     if choice.provider == "local":
         location = {"import_path": LOCAL_ENVIRONMENT}
+        host = HostSettings.model_validate(deployment, from_attributes=True)
         kwargs.update(host.model_dump(mode="json"))
         engines = sorted({profile.engine for profile in profiles if profile.launched})
         found = {
-            mount.target: mount for engine in engines for mount in engine_runtime(engine).mounts()
+            mount.target: mount
+            for engine in engines
+            for mount in engine_runtime(engine).mounts(deployment.claude_code)
         }
         if found:
             kwargs["read_only_binds"] = [mount.as_bind() for mount in found.values()]
     elif choice.provider == "docker":
         location = {"import_path": DOCKER_ENVIRONMENT}
+        kwargs |= {
+            "images_dir": deployment.images_dir,
+            "debian_mirror": deployment.debian_mirror,
+            "project_root": deployment.project_root,
+        }
     elif ":" in choice.provider:
         location = {"import_path": choice.provider}
     else:
@@ -93,7 +103,9 @@ def environment_config(
     )
 
 
-def agent_config(actor: Actor, attempt: AttemptContext, settings: ExecutionSettings) -> AgentConfig:
+def agent_config(
+    actor: Actor, attempt: AttemptContext, settings: ExecutionSettings, platform: PlatformAccess
+) -> AgentConfig:
     # The timeout Harbor enforces (the plan's, else the task's), which also bounds the
     # life of the attempt's scoped token.
     timeout = settings.timeouts.agent_sec or Task(attempt.task_dir).config.agent.timeout_sec
@@ -123,6 +135,7 @@ def agent_config(actor: Actor, attempt: AttemptContext, settings: ExecutionSetti
         kwargs={
             "profile": actor.pinned.model_dump(),
             "identity": asdict(identity),
+            "platform": platform,
             "timeout_sec": timeout,
         },
         override_timeout_sec=timeout,
@@ -133,6 +146,7 @@ def verifier_config(
     attempt: AttemptContext,
     settings: ExecutionSettings,
     judge: PinnedProfile | None,
+    platform: PlatformAccess,
     *,
     verify: bool,
 ) -> VerifierConfig:
@@ -155,7 +169,7 @@ def verifier_config(
     )
     return VerifierConfig(
         import_path=JUDGE_VERIFIER,
-        kwargs={"judge": judge.model_dump(), "identity": asdict(identity)},
+        kwargs={"judge": judge.model_dump(), "identity": asdict(identity), "platform": platform},
         override_timeout_sec=timeout,
     )
 
@@ -165,20 +179,21 @@ def trial_config(
     actor: Actor,
     settings: ExecutionSettings,
     trials_dir: Path,
+    deployment: Settings,
     *,
     verify: bool,
-    host: HostSettings,
     judge: PinnedProfile | None = None,
 ) -> TrialConfig:
+    platform = PlatformAccess.of(deployment)
     return TrialConfig(
         task=TrialTaskConfig(path=attempt.task_dir),
         trial_name=attempt.attempt_id,
         trials_dir=trials_dir,
-        agent=agent_config(actor, attempt, settings),
+        agent=agent_config(actor, attempt, settings, platform),
         environment=environment_config(
-            settings, actor.profile, *([judge.profile()] if judge else []), host=host
+            settings, deployment, actor.profile, *([judge.profile()] if judge else [])
         ),
-        verifier=verifier_config(attempt, settings, judge, verify=verify),
+        verifier=verifier_config(attempt, settings, judge, platform, verify=verify),
     )
 
 
@@ -283,19 +298,20 @@ async def run_attempt(
     settings: ExecutionSettings,
     store: ObjectStore,
     trials_dir: Path,
+    deployment: Settings,
     *,
     verify: bool,
-    host: HostSettings,
     judge: PinnedProfile | None = None,
 ) -> TrialOutcome:
-    """Run the attempt's trial, retain its record, and discard the local copy."""
+    """Run the attempt's trial on this deployment's host, retain its record, and discard
+    the local copy."""
     trial_dir = trials_dir / attempt.attempt_id
     shutil.rmtree(trial_dir, ignore_errors=True)
     started = time.monotonic()
     try:
         trial = await Trial.create(
             trial_config(
-                attempt, actor, settings, trials_dir, verify=verify, host=host, judge=judge
+                attempt, actor, settings, trials_dir, deployment, verify=verify, judge=judge
             )
         )
     except Exception as error:

@@ -16,8 +16,9 @@ from harbor.models.task.config import NetworkMode, NetworkPolicy
 from harbor.models.trial.paths import TrialPaths
 
 from synth_pipelines.agents.engines import engine_runtime
+from synth_pipelines.agents.platform_access import PlatformAccess
 from synth_pipelines.agents.session import AttemptIdentity, LaunchOutcome, run_profile
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.registry.task_packages import load_task
 from synth_pipelines.sandbox.bwrap import BwrapEnvironment
@@ -37,7 +38,7 @@ async def run_locally(
     task_dir: Path,
     model: str,
     output_dir: Path,
-    host: HostSettings,
+    deployment: Settings,
     timeout_sec: float | None = None,
 ) -> LocalRun:
     profile = pinned.profile()
@@ -51,7 +52,7 @@ async def run_locally(
         run_id=f"local-{datetime.now(UTC):%Y%m%d}",
         attempt_id=f"local-{uuid.uuid4().hex[:12]}",
         batch="",
-        owner=settings().owner,
+        owner=deployment.owner,
         task_name=task.name,
         model=model,
         role=profile.role,
@@ -65,8 +66,10 @@ async def run_locally(
         trial_paths=paths,
         task_env_config=task.config.environment,
         network_policy=NetworkPolicy(network_mode=NetworkMode.NO_NETWORK),
-        read_only_binds=[m.as_bind() for m in engine_runtime(profile.engine).mounts()],
-        **host.model_dump(),
+        read_only_binds=[
+            m.as_bind() for m in engine_runtime(profile.engine).mounts(deployment.claude_code)
+        ],
+        **HostSettings.model_validate(deployment, from_attributes=True).model_dump(),
     )
     await environment.start(force_build=False)
     workspace = output_dir / "workspace"
@@ -77,6 +80,7 @@ async def run_locally(
             task.instruction,
             identity,
             paths.agent_dir,
+            PlatformAccess.of(deployment),
             timeout_sec=timeout_sec or task.config.agent.timeout_sec,
         )
         workdir = outcome.launch.workdir

@@ -21,6 +21,8 @@ from harbor.models.trial.config import TaskConfig as TrialTaskConfig
 from harbor.trial.regrade import check_task_regradable
 from sqlalchemy import Engine
 
+from synth_pipelines.agents.platform_access import PlatformAccess
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.assessment import Assessment
 from synth_pipelines.contracts.dataset import TaskRef
 from synth_pipelines.contracts.outcome_classes import classify
@@ -43,7 +45,6 @@ from synth_pipelines.runtime.trial_records import (
     read_rationale,
     restore_trial,
 )
-from synth_pipelines.sandbox.options import HostSettings
 from synth_pipelines.storage.objectstore import ObjectStore
 
 
@@ -90,10 +91,9 @@ async def _regrade_one(
     judge: PinnedProfile | None,
     regrade_id: str,
     store: ObjectStore,
-    work_dir: Path,
-    host: HostSettings,
+    deployment: Settings,
 ) -> Assessment:
-    workspace = work_dir / "regrades" / regrade_id / outcome.attempt_id
+    workspace = deployment.work_dir / "regrades" / regrade_id / outcome.attempt_id
     shutil.rmtree(workspace, ignore_errors=True)
     source = await asyncio.to_thread(
         restore_trial, store, outcome.trial_key, outcome.trial_sha256, workspace / "source"
@@ -120,8 +120,12 @@ async def _regrade_one(
         trials_dir=trials_dir,
         source_trial=SourceTrialConfig(action="regrade", type="local", path=source),
         agent=AgentConfig(name="nop"),
-        environment=environment_config(spec.plan, *([judge.profile()] if judge else []), host=host),
-        verifier=verifier_config(attempt, spec.plan, judge, verify=True),
+        environment=environment_config(
+            spec.plan, deployment, *([judge.profile()] if judge else [])
+        ),
+        verifier=verifier_config(
+            attempt, spec.plan, judge, PlatformAccess.of(deployment), verify=True
+        ),
     )
     result = await (await Trial.create(config)).run()
     trial_dir = trials_dir / config.trial_name
@@ -156,17 +160,15 @@ async def regrade_batch(
     outcomes: list[TrialOutcome],
     judge: PinnedProfile | None,
     regrade_id: str,
-    work_dir: Path,
-    *,
-    pool: WorkerPool,
-    host: HostSettings,
+    deployment: Settings,
 ) -> list[Assessment]:
-    """Every outcome assessed again, each judge's sandbox admitted like an attempt: within
-    the run's budget and the worker pool's, which it shares with every running batch."""
-    tasks = await asyncio.to_thread(task_dirs_for, engine, store, spec, index, work_dir)
+    """Every outcome assessed again on this deployment's host, each judge's sandbox
+    admitted like an attempt: within the run's budget and the worker pool's, which it
+    shares with every running batch."""
+    tasks = await asyncio.to_thread(task_dirs_for, engine, store, spec, index, deployment.work_dir)
     check_regradable(tasks)
     admission = ResourceAdmission(spec.plan.budget)
-    pool_admission = PoolAdmission(engine, pool)
+    pool_admission = PoolAdmission(engine, WorkerPool.configured(deployment))
 
     async def one(outcome: TrialOutcome) -> Assessment:
         task, task_dir = tasks[outcome.group_index]
@@ -176,7 +178,7 @@ async def regrade_batch(
             pool_admission.admit(demand, what, run_id=spec.run_id, attempt_id=outcome.attempt_id),
         ):
             return await _regrade_one(
-                outcome, task, task_dir, spec, judge, regrade_id, store, work_dir, host
+                outcome, task, task_dir, spec, judge, regrade_id, store, deployment
             )
 
     return list(await asyncio.gather(*(one(outcome) for outcome in outcomes)))

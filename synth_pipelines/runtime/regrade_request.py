@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sqlalchemy import Engine
 
-from synth_pipelines.config import settings
 from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.contracts.run_spec import batch_key
 from synth_pipelines.control.events import record_event
@@ -14,12 +15,22 @@ from synth_pipelines.control.runs import RunRecord
 from synth_pipelines.control.table_outputs import current_table_ref
 from synth_pipelines.judging.assessing import Assessor
 from synth_pipelines.runtime.regrade import RegradeRefusedError, check_regradable, task_dirs_for
-from synth_pipelines.services.dagster_graphql import DagsterUnavailableError, launch_asset_backfill
+from synth_pipelines.services.dagster_graphql import (
+    DagsterUnavailableError,
+    DagsterWebserver,
+    launch_asset_backfill,
+)
 from synth_pipelines.storage.objectstore import ObjectStore
 
 
 def request_regrade(
-    engine: Engine, store: ObjectStore, run: RunRecord, judge: PinnedProfile | None
+    engine: Engine,
+    store: ObjectStore,
+    run: RunRecord,
+    judge: PinnedProfile | None,
+    *,
+    work_dir: Path,
+    webserver: DagsterWebserver,
 ) -> Regrade:
     if judge is not None and judge.profile().role != "judge":
         raise RegradeRefusedError(
@@ -33,11 +44,11 @@ def request_regrade(
             "batches can be regraded"
         )
     for index in range(run.batch_count):
-        check_regradable(task_dirs_for(engine, store, run.spec, index, settings().work_dir))
+        check_regradable(task_dirs_for(engine, store, run.spec, index, work_dir))
     assessor = Assessor.of(judge)
     regrade = record_regrade(engine, run.run_id, assessor.name, assessor.digest, len(partitions))
     try:
-        backfill = _launch(run, regrade, judge, assessor, partitions)
+        backfill = _launch(webserver, run, regrade, judge, assessor, partitions)
     except DagsterUnavailableError as error:
         # The request stays on record, marked as never launched, so the run's history
         # shows why no assessments followed it.
@@ -53,6 +64,7 @@ def request_regrade(
 
 
 def _launch(
+    webserver: DagsterWebserver,
     run: RunRecord,
     regrade: Regrade,
     judge: PinnedProfile | None,
@@ -60,7 +72,7 @@ def _launch(
     partitions: list[str],
 ) -> str:
     return launch_asset_backfill(
-        settings().dagster_url,
+        webserver,
         "assessments",
         partitions,
         {

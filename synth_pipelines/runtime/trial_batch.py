@@ -10,6 +10,7 @@ from pathlib import Path
 from harbor.models.task.task import Task
 from sqlalchemy import Engine
 
+from synth_pipelines.config import Settings
 from synth_pipelines.contracts.plan import ExecutionSettings
 from synth_pipelines.contracts.run_spec import RunSpec
 from synth_pipelines.contracts.trial import TrialOutcome
@@ -24,7 +25,6 @@ from synth_pipelines.runtime.admission import (
 from synth_pipelines.runtime.batch_plan import BatchPlan
 from synth_pipelines.runtime.failures import AttemptFailedError
 from synth_pipelines.runtime.harbor_trials import Actor, AttemptContext, run_attempt
-from synth_pipelines.sandbox.options import HostSettings
 from synth_pipelines.storage.objectstore import ObjectStore
 
 DEFAULT_DEMAND = ResourceDemand(cpus=1.0, memory_mb=1024, storage_mb=1024)
@@ -46,21 +46,21 @@ async def run_batch_trials(
     plan: BatchPlan,
     store: ObjectStore,
     engine: Engine,
-    work_dir: Path,
+    deployment: Settings,
     *,
-    pool: WorkerPool,
-    host: HostSettings,
     model: str | None,
     verify: bool,
     on_outcome: Callable[[TrialOutcome], None] = lambda outcome: None,
     on_group: Callable[[list[TrialOutcome]], Awaitable[None]] | None = None,
 ) -> list[TrialOutcome]:
-    """Run every attempt; `on_group` gets each group's outcomes as soon as all are in,
-    while other groups may still be running."""
+    """Run every attempt on this deployment's host, in its scratch space and within its
+    worker pool; `on_group` gets each group's outcomes as soon as all are in, while other
+    groups may still be running."""
     actor = Actor.of(spec.actor, model)
     settings = spec.plan
+    work_dir = deployment.work_dir
     admission = ResourceAdmission(settings.budget)
-    pool_admission = PoolAdmission(engine, pool)
+    pool_admission = PoolAdmission(engine, WorkerPool.configured(deployment))
     trials_dir = work_dir / "trials" / plan.batch
     task_dirs = {
         group.index: await asyncio.to_thread(
@@ -96,8 +96,8 @@ async def run_batch_trials(
                     settings,
                     store,
                     trials_dir,
+                    deployment,
                     verify=verify,
-                    host=host,
                     judge=spec.judge,
                 )
             except Exception as error:

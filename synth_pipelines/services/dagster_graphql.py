@@ -8,13 +8,13 @@ In production the webserver sits behind an authenticating reverse proxy
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import httpx
+from pydantic import SecretStr
 
-from synth_pipelines.config import settings
+from synth_pipelines.config import Settings
 from synth_pipelines.tls import client_context
-
-VERSION = "query { version }"
 
 LAUNCH_BACKFILL = """
 mutation($params: LaunchBackfillParams!) {
@@ -47,9 +47,22 @@ class DagsterUnavailableError(RuntimeError):
     pass
 
 
-def _token() -> str | None:
-    configured = settings().dagster_token
-    return configured.get_secret_value() if configured and configured.get_secret_value() else None
+@dataclass(frozen=True)
+class DagsterWebserver:
+    """The webserver the CLI calls: its URL, and the operator token its authenticating
+    proxy checks (unset for the embedded one)."""
+
+    url: str
+    token: SecretStr | None = None
+
+    @classmethod
+    def of(cls, config: Settings) -> DagsterWebserver:
+        return cls(config.dagster_url, config.dagster_token)
+
+    @property
+    def bearer(self) -> str | None:
+        """The token to send, if one is set (an empty one is none)."""
+        return (self.token.get_secret_value() or None) if self.token else None
 
 
 def _refusal(dagster_url: str, response: httpx.Response, token: str | None) -> str:
@@ -65,8 +78,8 @@ def _refusal(dagster_url: str, response: httpx.Response, token: str | None) -> s
     )
 
 
-def _graphql(dagster_url: str, query: str, variables: dict) -> dict:
-    token = _token()
+def _graphql(webserver: DagsterWebserver, query: str, variables: dict) -> dict:
+    dagster_url, token = webserver.url, webserver.bearer
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
         response = httpx.post(
@@ -100,7 +113,7 @@ def _graphql(dagster_url: str, query: str, variables: dict) -> dict:
 
 
 def launch_asset_backfill(
-    dagster_url: str,
+    webserver: DagsterWebserver,
     asset: str,
     partitions: list[str],
     run_config: dict,
@@ -114,19 +127,14 @@ def launch_asset_backfill(
         "tags": [{"key": key, "value": value} for key, value in tags.items()],
         "title": title,
     }
-    result = _graphql(dagster_url, LAUNCH_BACKFILL, {"params": params})["launchPartitionBackfill"]
+    result = _graphql(webserver, LAUNCH_BACKFILL, {"params": params})["launchPartitionBackfill"]
     if result["__typename"] != "LaunchBackfillSuccess":
         raise DagsterUnavailableError(f"Dagster did not launch the backfill: {result}")
     return result["backfillId"]
 
 
-def backfill_status(dagster_url: str, backfill_id: str) -> str:
-    result = _graphql(dagster_url, BACKFILL_STATUS, {"id": backfill_id})["partitionBackfillOrError"]
+def backfill_status(webserver: DagsterWebserver, backfill_id: str) -> str:
+    result = _graphql(webserver, BACKFILL_STATUS, {"id": backfill_id})["partitionBackfillOrError"]
     if result["__typename"] != "PartitionBackfill":
         raise DagsterUnavailableError(f"no backfill {backfill_id}: {result.get('message')}")
     return result["status"]
-
-
-def dagster_version(dagster_url: str) -> str:
-    """The webserver's Dagster version: a cheap call that proves the CLI may use the API."""
-    return _graphql(dagster_url, VERSION, {})["version"]

@@ -1,6 +1,6 @@
 """The platform's own Docker daemon, for Harbor's docker environment.
 
-`dockerd` runs detached with everything it owns in one directory, `daemon_dir()`: data
+`dockerd` runs detached with everything it owns in one directory (`DockerDaemon.of`): data
 root (images, containers, build cache), exec root (its containerd, runtime state),
 pidfile, socket, log and the client configuration that holds the Compose plugin. That
 directory is in the image cache, beside the local builder's layers: the daemon's image
@@ -29,7 +29,6 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from synth_pipelines.config import settings
 from synth_pipelines.services import supervisor
 
 # A Unix socket's path must fit in `sun_path` (108 bytes with its terminating NUL).
@@ -45,10 +44,21 @@ class DockerDaemonError(RuntimeError):
 
 @dataclass(frozen=True)
 class DockerDaemon:
-    """A dockerd whose whole state lives under `root`."""
+    """A dockerd whose whole state lives under `root`, its clients using the Compose
+    plugin at `compose_plugin` when there is one there (else the host's)."""
 
     root: Path
+    compose_plugin: Path
     ready_timeout_sec: float = 60.0
+
+    @classmethod
+    def of(cls, images_dir: Path, project_root: Path) -> DockerDaemon:
+        """The platform's daemon: its directory in the image cache (`images_dir`), the
+        Compose plugin the one `make setup` unpacks into the project."""
+        return cls(
+            images_dir / "docker",
+            project_root / ".tools" / "docker" / "cli-plugins" / "docker-compose",
+        )
 
     @property
     def socket(self) -> Path:
@@ -162,10 +172,10 @@ class DockerDaemon:
             )
 
     def _link_compose_plugin(self) -> None:
-        """Compose v2 as a CLI plugin of this daemon's clients: the one `make setup`
-        unpacks into the project, when there is one (else the host's, found by the
-        docker CLI in its system plugin directories)."""
-        plugin = settings().project_root / ".tools" / "docker" / "cli-plugins" / "docker-compose"
+        """Compose v2 as a CLI plugin of this daemon's clients: `compose_plugin`, when
+        there is one (else the host's, found by the docker CLI in its system plugin
+        directories)."""
+        plugin = self.compose_plugin
         link = self.client_config / "cli-plugins" / "docker-compose"
         if not plugin.exists() or (link.is_symlink() and link.readlink() == plugin):
             return
@@ -184,23 +194,6 @@ def _reap(pid: int) -> None:
     """Collect the exit status when this process started the daemon (no zombie left)."""
     with suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-
-
-def daemon_dir() -> Path:
-    return settings().images_dir / "docker"
-
-
-def daemon() -> DockerDaemon:
-    return DockerDaemon(daemon_dir())
-
-
-def ensure_dockerd() -> str:
-    """The `DOCKER_HOST` of the platform's Docker daemon, started if it was not running."""
-    return daemon().ensure()
-
-
-def stop_dockerd() -> bool:
-    return daemon().stop()
 
 
 @functools.cache

@@ -10,7 +10,6 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from synth_pipelines.config import settings
 from synth_pipelines.rendering.model_names import DEFAULT_MAX_LOADED, QWEN3_TINY
 from synth_pipelines.storage.objectstore import open_object_store
 from synth_pipelines.tinker_local.api import health_router, router
@@ -26,16 +25,17 @@ def create_app(
     base_models: str | Sequence[str] = (QWEN3_TINY,),
     *,
     scripted: bool = False,
-    object_store_url: str | None = None,
+    object_store_url: str,
+    s3_endpoint_url: str | None = None,
     device: str | None = None,
     max_loaded: int = DEFAULT_MAX_LOADED,
 ) -> FastAPI:
-    """The service for `base_models` and every seeded model, checkpoints in the project's
-    object store. The first named model is loaded at start, the others on first use; an
-    unknown name is refused here.
+    """The service for `base_models` and every seeded model, checkpoints in the object
+    store at `object_store_url` (`s3_endpoint_url`: an S3-compatible server's). The first
+    named model is loaded at start, the others on first use; an unknown name is refused
+    here.
 
-    `scripted=True` is the only way to get scripted sampling (tests of other parts);
-    `object_store_url` defaults to the project settings' object store.
+    `scripted=True` is the only way to get scripted sampling (tests of other parts).
     """
     names = [base_models] if isinstance(base_models, str) else list(base_models)
     for name in names:
@@ -43,10 +43,7 @@ def create_app(
     models = BaseModels(
         names, device=torch.device(device) if device else None, max_loaded=max_loaded
     )
-    project = settings()
-    store = open_object_store(
-        object_store_url or project.objects_url, endpoint_url=project.s3_endpoint_url
-    )
+    store = open_object_store(object_store_url, endpoint_url=s3_endpoint_url)
     script = Script() if scripted else None
     service = ModelService(models, CheckpointStore(store), script)
 
