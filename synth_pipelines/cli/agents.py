@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -61,7 +62,7 @@ def run(
         destination = output or config.state_dir / "agent-runs" / task.name
         done = asyncio.run(run_locally(pinned, task, bound, destination, config))
     result = done.outcome.result
-    data = {
+    data: dict[str, Any] = {
         "run_id": done.identity.run_id,
         "attempt_id": done.identity.attempt_id,
         "profile": f"{pinned.name}@{pinned.version}",

@@ -70,7 +70,9 @@ def resolve_attempt(engine: Engine, owner: str, wanted: str) -> tuple[str, str]:
     )
 
 
-def _newest(engine: Engine, store: ObjectStore, asset: str, batch: str, row_type, attempt: str):
+def _newest[Row: (TrialOutcome, Assessment)](
+    engine: Engine, store: ObjectStore, asset: str, batch: str, row_type: type[Row], attempt: str
+) -> Row | None:
     try:
         rows = row_type.from_table(load_table(engine, store, asset, batch))
     except TableMissingError:
@@ -104,7 +106,8 @@ def conversation(calls: list[Interaction], chunks: dict[str, str]) -> dict[str, 
     call with the result the harness answered it with."""
     seen: dict[str, int] = {}
     system = None
-    documents, tools = [], {}
+    documents: list[dict[str, Any]] = []
+    tools: dict[str, dict[str, Any]] = {}
     for call in calls:
         request, response = json.loads(call.request_json), json.loads(call.response_json)
         messages = request.get("messages", [])
@@ -162,7 +165,9 @@ def _verifier_output(store: ObjectStore, outcome: TrialOutcome) -> str | None:
         )
 
 
-def attempt_document(engine: Engine, store: ObjectStore, attempt_id: str, batch: str) -> dict:
+def attempt_document(
+    engine: Engine, store: ObjectStore, attempt_id: str, batch: str
+) -> dict[str, Any]:
     outcome = _newest(engine, store, "trials", batch, TrialOutcome, attempt_id)
     if outcome is None:
         raise UserError(f"attempt {attempt_id} has no trial record in batch {batch} yet")
@@ -187,7 +192,7 @@ def attempt_document(engine: Engine, store: ObjectStore, attempt_id: str, batch:
     }
 
 
-def _render(document: dict) -> None:
+def _render(document: dict[str, Any]) -> None:
     console.print(
         f"[bold]{document['attempt_id']}[/] task {document['task_name']}, {document['status']}; "
         f"reward {document['reward']}",

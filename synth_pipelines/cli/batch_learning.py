@@ -4,6 +4,7 @@ the numbers a researcher reads first."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from rich import box
 from rich.table import Table
@@ -139,7 +140,7 @@ def _sampled_tokens(row: BatchLearningRow) -> int:
     return round(row.action_tokens_per_turn * row.turns_per_attempt * row.attempts)
 
 
-def batch_series(engine: Engine, run_id: str) -> list[dict]:
+def batch_series(engine: Engine, run_id: str) -> list[dict[str, Any]]:
     """One `run metrics` row per batch that finished an attempt or recorded an update, in
     batch order. A recorded update is the batch's account of itself (its attempts and
     reward mean); otherwise the batch's finished attempts are counted, and the learning
@@ -223,7 +224,7 @@ def sparkline(values: list[float | None]) -> str:
     return "".join(block(v) for v in values)
 
 
-def reward_trend(series: list[dict]) -> str | None:
+def reward_trend(series: list[dict[str, Any]]) -> str | None:
     """`reward per batch ▁▃▅█ (min 0.125, max 0.875)`, or None without any reward."""
     rewards = [row["reward_mean"] for row in series]
     known = [r for r in rewards if r is not None]
@@ -240,7 +241,7 @@ def _cell(value: object, spec: str = "") -> str:
     return format(value, spec)
 
 
-def series_table(series: list[dict]) -> Table:
+def series_table(series: list[dict[str, Any]]) -> Table:
     """The per-batch table of `run show` (of a train run) and `run metrics`: narrow columns,
     and the sampler's id folded over lines rather than cut, so it reads whole in 80
     columns. used/drop: groups that qualified or were dropped; step: whether the batch's

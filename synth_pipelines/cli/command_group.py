@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import signal
 import sys
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import click
-import typer
 from typer.core import TyperGroup
 
 from synth_pipelines.cli.lazy_commands import CommandSource, LazyCommand
 from synth_pipelines.cli.output import fail
 from synth_pipelines.config import Settings, settings
+
+if TYPE_CHECKING:
+    from typer._click import Command, Context
 
 
 def _shown_database_url(config: Settings) -> str:
@@ -49,16 +50,16 @@ class SynthGroup(TyperGroup):
     commands_by_name: ClassVar[dict[str, CommandSource]] = {}
     """The top-level commands, each loaded from its module when invoked."""
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
+    def list_commands(self, ctx: Context) -> list[str]:
         return [*super().list_commands(ctx), *self.commands_by_name]
 
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+    def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
         source = self.commands_by_name.get(cmd_name)
         if source is None:
             return super().get_command(ctx, cmd_name)
         return LazyCommand(cmd_name, source)
 
-    def invoke(self, ctx: typer.Context) -> Any:
+    def invoke(self, ctx: Context) -> Any:
         interrupts_by_default()
         # Every command's context inherits this `obj`: the command reads it (`ctx.obj`)
         # instead of the environment.

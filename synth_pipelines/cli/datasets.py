@@ -26,14 +26,14 @@ from synth_pipelines.registry.datasets import (
     publish_dataset,
     read_page,
 )
-from synth_pipelines.storage.objectstore import open_object_store
+from synth_pipelines.storage.objectstore import ObjectStore, open_object_store
 
 dataset_app = typer.Typer(
     help="Publish and inspect immutable dataset versions.", no_args_is_help=True
 )
 
 
-def _store(config: Settings):
+def _store(config: Settings) -> ObjectStore:
     return open_object_store(config.objects_url, endpoint_url=config.s3_endpoint_url)
 
 

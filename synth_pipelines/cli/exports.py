@@ -8,8 +8,7 @@ from pathlib import Path
 import typer
 
 from synth_pipelines.cli.output import EXIT_RUN_FAILED, JSON_OPTION, console, emit, fail
-from synth_pipelines.cli.run_control import run_app
-from synth_pipelines.cli.runs import checked_choice, my_run
+from synth_pipelines.cli.runs import checked_choice, my_run, run_app
 from synth_pipelines.config import Settings
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.storage.objectstore import open_object_store

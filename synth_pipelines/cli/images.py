@@ -7,6 +7,7 @@ import asyncio
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.table import Table
@@ -16,7 +17,7 @@ from synth_pipelines.config import Settings
 from synth_pipelines.sandbox.bases import BASE_ENV, KNOWN_BASES, BaseImages
 from synth_pipelines.sandbox.dockerfile import read_dockerfile
 from synth_pipelines.sandbox.errors import ImageBuildError, SandboxStartError, UnsupportedTaskError
-from synth_pipelines.sandbox.image_build import ImageBuilder
+from synth_pipelines.sandbox.image_build import ImageBuilder, Progress
 from synth_pipelines.sandbox.layers import KEY_LENGTH, Layer, LayerStore
 
 image_app = typer.Typer(
@@ -33,7 +34,7 @@ def _size(size_bytes: int) -> str:
     return f"{size_bytes / 2**20:,.0f}M"
 
 
-def _layer_document(store: LayerStore, layer: Layer) -> dict:
+def _layer_document(store: LayerStore, layer: Layer) -> dict[str, Any]:
     return {
         "key": layer.key[:KEY_LENGTH],
         "parent": layer.parent[:KEY_LENGTH] if layer.parent else None,
@@ -58,7 +59,7 @@ def list_images(ctx: typer.Context, as_json: bool = JSON_OPTION) -> None:
     names: dict[Path, list[str]] = {}
     for name, base in sorted(KNOWN_BASES.items()):
         names.setdefault(images.tarball_path(base), []).append(name)
-    bases = [
+    bases: list[dict[str, Any]] = [
         {"key": path.stem, "names": found, "size_bytes": path.stat().st_size, "path": str(path)}
         for path, found in names.items()
         if path.exists()
@@ -115,7 +116,7 @@ def _task_dirs(path: Path) -> list[Path]:
     return found
 
 
-async def _build(task_dir: Path, builder: ImageBuilder) -> dict:
+async def _build(task_dir: Path, builder: ImageBuilder) -> dict[str, Any]:
     dockerfile = task_dir / "environment" / "Dockerfile"
     if not dockerfile.is_file():
         raise UserError(f"task {task_dir.name} has no environment/Dockerfile to build")
@@ -148,7 +149,7 @@ def build(
     """Build the images of tasks' Dockerfiles into the cache (progress on stderr), as
     their first attempt would; what is cached already is reused."""
 
-    def progress(task: str):
+    def progress(task: str) -> Progress:
         return lambda line: errors.print(f"[dim]{task}: {line}[/]", highlight=False, soft_wrap=True)
 
     with user_errors(UnsupportedTaskError, ImageBuildError, SandboxStartError, OSError):

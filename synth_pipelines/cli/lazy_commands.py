@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import click
 import typer
+from typer.core import TyperCommand
+
+if TYPE_CHECKING:
+    # Typer runs on its own copy of click: its groups hold, make and invoke that copy's
+    # commands and contexts, which the standalone `click` package's are not.
+    from typer._click import Command, Context
 
 
 @dataclass(frozen=True)
@@ -24,7 +29,7 @@ class CommandSource:
     help: str
     context_settings: dict[str, Any] | None = None
 
-    def load(self, name: str) -> click.Command:
+    def load(self, name: str) -> Command:
         module_name, attribute = self.target.split(":")
         loaded = getattr(importlib.import_module(module_name), attribute)
         if isinstance(loaded, typer.Typer):
@@ -35,22 +40,28 @@ class CommandSource:
         return typer.main.get_command(single)
 
 
-class LazyCommand(click.Command):
+class LazyCommand(TyperCommand):
     """Stands for a command in the root's listing; the real one is built when invoked."""
 
     def __init__(self, name: str, source: CommandSource) -> None:
         super().__init__(name, help=source.help, short_help=source.help)
         self._source = source
-        self._real: click.Command | None = None
+        self._real: Command | None = None
 
-    def real(self) -> click.Command:
+    def real(self) -> Command:
         if self._real is None:
             self._real = self._source.load(self.name or "")
         return self._real
 
-    def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: Context | None = None,
+        **extra: Any,
+    ) -> Context:
         # Click invokes `sub_ctx.command`, so the context made here runs the real command.
         return self.real().make_context(info_name, args, parent=parent, **extra)
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: Context) -> Any:
         return self.real().invoke(ctx)

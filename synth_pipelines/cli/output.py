@@ -53,11 +53,12 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
 @contextmanager
 def user_errors(*expected: type[Exception]) -> Iterator[None]:
     """Turn the listed exceptions into a one-line error and exit code 2."""
+    refused: tuple[type[Exception], ...] = (UserError, SubmissionError, *expected)
     try:
         yield
     except ValidationError as error:
         fail(f"{error.title}: {describe_validation_error(error)}")
-    except (UserError, SubmissionError, *expected) as error:
+    except refused as error:
         fail(str(error))
 
 

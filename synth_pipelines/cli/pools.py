@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import typer
 from rich.table import Table
@@ -60,7 +61,7 @@ def show(ctx: typer.Context, as_json: bool = JSON_OPTION) -> None:
         console.print(_leases_table("held", held, now))
         console.print(_leases_table("waiting", waiting, now))
 
-    def lease_document(lease: Lease) -> dict:
+    def lease_document(lease: Lease) -> dict[str, Any]:
         return {**lease.model_dump(), "expired": lease.expires_at < now}
 
     emit(

@@ -15,7 +15,7 @@ import json
 import sys
 from dataclasses import asdict, dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -44,7 +44,7 @@ class Shown(Protocol):
 
     document: ClassVar[str]
 
-    def as_dict(self) -> dict: ...
+    def as_dict(self) -> dict[str, Any]: ...
 
     def bar(self) -> tuple[str, int, int]:
         """The bar's description, and how far it is filled: done, total."""
@@ -72,7 +72,7 @@ class RunProgress:
     steps_total: int | None = None
     """A warm start's supervised steps (None for other runs)."""
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def bar(self) -> tuple[str, int, int]:
@@ -92,7 +92,7 @@ class PublishProgress:
     done: int
     total: int
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def bar(self) -> tuple[str, int, int]:
@@ -127,8 +127,9 @@ class RunCounter:
             batches_total=run.batch_count,
             attempts_total=_attempts_total(run),
         )
-        if run.kind == "warm_start":
-            self.progress.steps_done, self.progress.steps_total = 0, run.spec.plan.steps
+        plan = run.spec.plan
+        if plan.kind == "warm_start":
+            self.progress.steps_done, self.progress.steps_total = 0, plan.steps
 
     def poll(self, run: RunRecord) -> RunProgress:
         """The counts after every event recorded so far, with the run's current status."""
@@ -139,7 +140,7 @@ class RunCounter:
         self.progress.status = run.status
         return self.progress
 
-    def _count(self, kind: str, data: dict) -> None:
+    def _count(self, kind: str, data: dict[str, Any]) -> None:
         from synth_pipelines.cli.batch_learning import event_reward
         from synth_pipelines.contracts.assessment import passed
 
@@ -168,7 +169,7 @@ class RegradeCounter:
     engine: Engine
     regrade: Regrade
     cursor: int = 0
-    assessed: dict[str, dict] = field(default_factory=dict)
+    assessed: dict[str, dict[str, Any]] = field(default_factory=dict)
     attempts_total: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -217,7 +218,7 @@ class ProgressDisplay:
 
     def __init__(self, mode: ProgressMode, console: Console) -> None:
         self.mode = mode
-        self._last: dict | None = None
+        self._last: dict[str, Any] | None = None
         self._bar = Progress(
             TextColumn("{task.description}"),
             BarColumn(),

@@ -20,11 +20,11 @@ from synth_pipelines.control.checkpoints import run_checkpoints
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.policy_updates import UnresolvedUpdateError
 from synth_pipelines.control.runs import RunNotFoundError, get_run
-from synth_pipelines.storage.objectstore import open_object_store
+from synth_pipelines.storage.objectstore import ObjectStore, open_object_store
 from synth_pipelines.submission.errors import SubmissionError
 
 
-def _store(config: Settings):
+def _store(config: Settings) -> ObjectStore:
     return open_object_store(config.objects_url, endpoint_url=config.s3_endpoint_url)
 
 
@@ -140,14 +140,16 @@ def regrade(
         started = request_regrade(
             engine, _store(config), run, pinned, work_dir=config.work_dir, webserver=webserver
         )
+    backfill_id = started.backfill_id
+    assert backfill_id is not None, "a requested regrade comes back with its launched backfill"
     status = "requested"
-    backfill_url = f"{config.dagster_url}/runs/b/{started.backfill_id}"
+    backfill_url = f"{config.dagster_url}/runs/b/{backfill_id}"
     if wait:
         counter = RegradeCounter(engine, started)
         try:
             with ProgressDisplay("json" if as_json else "bar", errors) as display:
                 while True:
-                    status = backfill_status(webserver, started.backfill_id)
+                    status = backfill_status(webserver, backfill_id)
                     counts = counter.poll(status)
                     display.show(counts)
                     failed = status in ("FAILED", "CANCELED", "COMPLETED_FAILED")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
@@ -40,7 +40,7 @@ from synth_pipelines.control.runs import (
     list_runs,
     resolve_run_id,
 )
-from synth_pipelines.storage.objectstore import open_object_store
+from synth_pipelines.storage.objectstore import ObjectStore, open_object_store
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -57,7 +57,7 @@ EXIT_INTERRUPTED = 130
 run_app = typer.Typer(help="Submit experiments and inspect their runs.", no_args_is_help=True)
 
 
-def _store(config: Settings):
+def _store(config: Settings) -> ObjectStore:
     return open_object_store(config.objects_url, endpoint_url=config.s3_endpoint_url)
 
 
@@ -65,7 +65,7 @@ def dagster_runs_url(dagster_url: str, run_id: str) -> str:
     return f"{dagster_url}/runs?q%5B0%5D=tag%3Asynth%2Frun%3D{run_id}"
 
 
-def _run_summary(run: RunRecord, dagster_url: str) -> dict:
+def _run_summary(run: RunRecord, dagster_url: str) -> dict[str, Any]:
     spec = run.spec
     return {
         "run_id": run.run_id,
@@ -224,7 +224,7 @@ def _results_table(results: RunResults) -> Table:
     return table
 
 
-def stop_cause(engine: Engine, run: RunRecord) -> dict | None:
+def stop_cause(engine: Engine, run: RunRecord) -> dict[str, Any] | None:
     """What stopped an interrupted or failed run: its last stop event's data."""
     if run.status not in ("interrupted", "failed"):
         return None
@@ -235,7 +235,7 @@ def stop_cause(engine: Engine, run: RunRecord) -> dict | None:
     return {"event": stops[-1].kind, "batch": data.get("batch"), "cause": data.get("cause")}
 
 
-def describe_stop(stop: dict) -> str:
+def describe_stop(stop: dict[str, Any]) -> str:
     cause = stop.get("cause")
     where = f" in batch {stop['batch']}" if stop.get("batch") else ""
     if not cause:
@@ -372,9 +372,9 @@ def show_assessments(config: Settings, run: RunRecord, as_json: bool) -> None:
             )
         console.print(table)
         for pair in pairs:
-            rate = "-" if pair.rate is None else f"{pair.rate:.0%}"
+            agreement = "-" if pair.rate is None else f"{pair.rate:.0%}"
             console.print(
-                f"agreement {rate} ({pair.agreeing}/{pair.compared}) between {pair.first} and "
+                f"agreement {agreement} ({pair.agreeing}/{pair.compared}) between {pair.first} and "
                 f"{pair.second}"
                 + (
                     f"; they differ on {', '.join(pair.differing_tasks)}"
@@ -533,10 +533,12 @@ def compare(
     engine = control_engine(config)
     store = _store(config)
     runs = [my_run(engine, baseline, config.owner), my_run(engine, candidate, config.owner)]
-    rows = []
+    rows: list[dict[str, Any]] = []
+    proportions = []
     for run in runs:
         summary = collect_results(engine, store, run).summary
         proportion = Proportion(summary.passed, summary.assessed)
+        proportions.append(proportion)
         rows.append(
             {
                 "run_id": run.run_id,
@@ -550,7 +552,6 @@ def compare(
                 "task_errors": summary.task_errors,
                 "pass_at_1": proportion.rate,
                 "wilson_95": proportion.wilson(),
-                "proportion": proportion,
             }
         )
     for row in rows:
@@ -563,7 +564,7 @@ def compare(
                 "(`synth run show` says why); pass --max-platform-errors 1 to compare anyway",
                 code=EXIT_RUN_FAILED,
             )
-    test = fisher_exact(rows[0].pop("proportion"), rows[1].pop("proportion"))
+    test = fisher_exact(proportions[0], proportions[1])
     notes = [
         f"{row['run_id']} is {row['status']}: its numbers are partial"
         for row in rows

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -21,6 +21,9 @@ from synth_pipelines.cli.output import (
 )
 from synth_pipelines.config import Settings, settings
 
+if TYPE_CHECKING:
+    from synth_pipelines.services.supervisor import Service
+
 services_app = typer.Typer()
 
 PRODUCTION_OPTION = typer.Option(
@@ -31,7 +34,7 @@ PRODUCTION_OPTION = typer.Option(
 )
 
 
-def _started_row(config: Settings, service: Any, pid: int, started: bool) -> dict[str, Any]:
+def _started_row(config: Settings, service: Service, pid: int, started: bool) -> dict[str, Any]:
     from synth_pipelines.runtime.served_models import model_service_capabilities
     from synth_pipelines.services.embedded import MODEL_SERVICE
     from synth_pipelines.services.supervisor import log_file
@@ -49,7 +52,7 @@ def _started_row(config: Settings, service: Any, pid: int, started: bool) -> dic
 
 
 def _start_all(
-    config: Settings, services: list[Any], say: Callable[[str], None] | None = None
+    config: Settings, services: list[Service], say: Callable[[str], None] | None = None
 ) -> list[dict[str, Any]]:
     from synth_pipelines.services.supervisor import ServiceStartError, start
 
@@ -96,7 +99,7 @@ def up(
     emit("up", rows, as_json, lambda: _services_table(rows))
 
 
-def _production_services(config: Settings, values: dict[str, str]) -> list[Any]:
+def _production_services(config: Settings, values: dict[str, str]) -> list[Service]:
     """The deployment's services after its database and bucket: the model service (unless
     a Tinker service is named), the proxy, the code server, the daemon, the webserver."""
     from synth_pipelines.services import production
@@ -106,7 +109,7 @@ def _production_services(config: Settings, values: dict[str, str]) -> list[Any]:
     return [
         service
         for service in embedded_services(config)
-        if service.name != MODEL_SERVICE or production.MODEL_SERVICE in local
+        if service.name != MODEL_SERVICE or MODEL_SERVICE in local
     ]
 
 
@@ -214,12 +217,9 @@ def down(
         {"service": service.name, "stopped": stop(config.state_dir, service)}
         for service in reversed(services)
     ]
-    emit(
-        "down --production" if production else "down",
-        rows,
-        as_json,
-        lambda: [
-            console.print(f"{r['service']}: {'stopped' if r['stopped'] else 'not running'}")
-            for r in rows
-        ],
-    )
+
+    def render() -> None:
+        for row in rows:
+            console.print(f"{row['service']}: {'stopped' if row['stopped'] else 'not running'}")
+
+    emit("down --production" if production else "down", rows, as_json, render)
