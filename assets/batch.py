@@ -18,9 +18,12 @@ so loading the code location stays fast for every other job.
 import asyncio
 import hashlib
 import time
+from functools import partial
+from typing import TYPE_CHECKING
 
 import dagster as dg
 import pyarrow as pa
+from sqlalchemy import Engine
 
 from assets.captured_interactions import captured_interactions
 from assets.curve_metadata import curve_metadata
@@ -51,6 +54,11 @@ from synth_pipelines.runtime.batch_plan import plan_batch
 from synth_pipelines.runtime.regrade import RegradeRefusedError, regrade_batch
 from synth_pipelines.runtime.results import summarize, summarize_unscored
 from synth_pipelines.runtime.trial_batch import run_batch_trials
+from synth_pipelines.storage.objectstore import ObjectStore
+
+if TYPE_CHECKING:
+    from synth_pipelines.learning.batch_learning import EvidenceAudit
+    from synth_pipelines.learning.training_step import TrainingStep
 
 LEARNING = ("qualified_groups", "datums", "policy_update", "checkpoints")
 """A training batch's learning assets, in the order the step produces them."""
@@ -150,7 +158,9 @@ UPDATE, CHECKPOINTS = dg.AssetKey("policy_update"), dg.AssetKey("checkpoints")
     ],
     can_subset=True,
 )
-async def batch(
+# No return annotation: Dagster reads one as the outputs' types and, recognizing only sync
+# generators as generators, takes an async generator's annotation for a returned tuple's.
+async def batch(  # type: ignore[no-untyped-def]
     context: dg.AssetExecutionContext,
     config: BatchConfig,
     policy: pa.Table,
@@ -192,17 +202,19 @@ async def batch(
         )
     sampling_sec = time.monotonic() - started
     if "assessments" in selected:
-        rows = await _assess(context, engine, store, deployment, spec, index, config, outcomes)
+        assessments = await _assess(
+            context, engine, store, deployment, spec, index, config, outcomes
+        )
         yield dg.Output(
-            Assessment.to_table(rows),
+            Assessment.to_table(assessments),
             output_name="assessments",
             metadata={
-                **_assessment_metadata(rows, config.regrade_id),
+                **_assessment_metadata(assessments, config.regrade_id),
                 **judge_metadata(
                     assessing_judge(spec, config.regrade_id, config.judge), deployment
                 ),
             },
-            data_version=dg.DataVersion(assessment_version(rows)),
+            data_version=dg.DataVersion(assessment_version(assessments)),
         )
     if step is None:
         return
@@ -314,8 +326,15 @@ def _groups(outcomes: list[TrialOutcome]) -> list[list[TrialOutcome]]:
 
 
 async def _sample(
-    context, engine, store, deployment: Settings, spec: RunSpec, index: int, binding, step
-):
+    context: dg.AssetExecutionContext,
+    engine: Engine,
+    store: ObjectStore,
+    deployment: Settings,
+    spec: RunSpec,
+    index: int,
+    binding: PolicyBinding,
+    step: "TrainingStep | None",
+) -> list[TrialOutcome]:
     plan = await asyncio.to_thread(plan_batch, engine, spec, index)
     await asyncio.to_thread(start_batch, engine, spec, index, plan.attempt_count)
     context.log.info(
@@ -342,13 +361,6 @@ async def _sample(
             + (f" ({outcome.error_reason})" if outcome.error_reason else "")
         )
 
-    async def on_group(outcomes: list[TrialOutcome]) -> None:
-        learned = await step.submit_group(outcomes)
-        context.log.info(
-            f"group {outcomes[0].group_index} ready: {len(learned.datums)} datums sent to "
-            "forward_backward"
-        )
-
     outcomes = await run_batch_trials(
         spec,
         plan,
@@ -358,7 +370,7 @@ async def _sample(
         model=binding.sampler or None,
         verify=spec.kind in ("eval", "train"),
         on_outcome=progress,
-        on_group=on_group if step is not None else None,
+        on_group=partial(_submit_group, context, step) if step is not None else None,
     )
     if spec.kind == "execute":
         summary = summarize_unscored(outcomes).as_dict()
@@ -366,7 +378,19 @@ async def _sample(
     return outcomes
 
 
-def _trials_metadata(spec: RunSpec, binding, outcomes: list[TrialOutcome]) -> dict:
+async def _submit_group(
+    context: dg.AssetExecutionContext, step: "TrainingStep", outcomes: list[TrialOutcome]
+) -> None:
+    learned = await step.submit_group(outcomes)
+    context.log.info(
+        f"group {outcomes[0].group_index} ready: {len(learned.datums)} datums sent to "
+        "forward_backward"
+    )
+
+
+def _trials_metadata(
+    spec: RunSpec, binding: PolicyBinding, outcomes: list[TrialOutcome]
+) -> dict[str, str | int | dg.MetadataValue]:
     unscored = summarize_unscored(outcomes)
     return {
         "run": spec.run_id,
@@ -409,8 +433,15 @@ def assessment_version(rows: list[Assessment]) -> str:
 
 
 async def _assess(
-    context, engine, store, deployment: Settings, spec, index, config: BatchConfig, outcomes
-):
+    context: dg.AssetExecutionContext,
+    engine: Engine,
+    store: ObjectStore,
+    deployment: Settings,
+    spec: RunSpec,
+    index: int,
+    config: BatchConfig,
+    outcomes: list[TrialOutcome],
+) -> list[Assessment]:
     """The verdicts of the trials' own verifiers, or, for a regrade, of the judge run again
     on the retained work (the actor never runs)."""
     if not config.regrade_id:
@@ -446,7 +477,9 @@ async def _assess(
     return rows
 
 
-def _assessment_metadata(rows: list[Assessment], regrade_id: str) -> dict:
+def _assessment_metadata(
+    rows: list[Assessment], regrade_id: str
+) -> dict[str, str | int | dg.MetadataValue]:
     summary = summarize(rows)
     return {
         "assessor": rows[0].assessor if rows else "",
@@ -461,7 +494,9 @@ def _assessment_metadata(rows: list[Assessment], regrade_id: str) -> dict:
     }
 
 
-def _qualified_metadata(standings: list[QualifiedAttempt], audit) -> dict:
+def _qualified_metadata(
+    standings: list[QualifiedAttempt], audit: "EvidenceAudit"
+) -> dict[str, int | dg.MetadataValue]:
     exclusions: dict[str, int] = {}
     for standing in standings:
         reason = standing.exclusion_reason or standing.group_exclusion_reason
@@ -480,8 +515,8 @@ def _qualified_metadata(standings: list[QualifiedAttempt], audit) -> dict:
     }
 
 
-def _update_metadata(learning: BatchLearning) -> dict:
-    shown: dict = {}
+def _update_metadata(learning: BatchLearning) -> dict[str, str | int | dg.MetadataValue]:
+    shown: dict[str, str | int | dg.MetadataValue] = {}
     for key, value in learning.recorded().items():
         if isinstance(value, bool):
             shown[key] = dg.MetadataValue.bool(value)
@@ -494,7 +529,7 @@ def _update_metadata(learning: BatchLearning) -> dict:
     return shown
 
 
-def _binds(spec: RunSpec, index: int, sampler: str) -> dict:
+def _binds(spec: RunSpec, index: int, sampler: str) -> dict[str, str | dg.MetadataValue]:
     """Where the checkpoint goes next: the policy of the run's next batch, which the policy
     gate binds to it, linked in the UI; the last batch's checkpoint ends the run."""
     if index + 1 < spec.batch_count:
@@ -506,7 +541,7 @@ def _binds(spec: RunSpec, index: int, sampler: str) -> dict:
     return {"binds": f"nothing in this run (its last batch); `--model {sampler}` starts from it"}
 
 
-def _curves(engine, spec: RunSpec, index: int) -> dict:
+def _curves(engine: Engine, spec: RunSpec, index: int) -> dict[str, dg.MetadataValue]:
     """The run's mean reward and sampler/trainer KL per batch so far, drawn on the page."""
     from synth_pipelines.control.policy_updates import run_updates
 

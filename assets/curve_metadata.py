@@ -52,7 +52,9 @@ def curve_svg(values: list[float], label: str, *, bounded: bool) -> str:
     )
 
 
-def curve_metadata(name: str, values: list[float], label: str, *, bounded: bool) -> dict:
+def curve_metadata(
+    name: str, values: list[float], label: str, *, bounded: bool
+) -> dict[str, dg.MetadataValue]:
     """`{name: <markdown image>}`, or nothing for a curve without points."""
     if not values:
         return {}

@@ -14,7 +14,8 @@ from synth_pipelines.config import Settings
 from synth_pipelines.control.runs import IdempotencyConflictError
 from synth_pipelines.registry.datasets import DatasetError
 from synth_pipelines.runtime.served_models import ModelNotServedError, served_models
-from synth_pipelines.submission.run_requests import Submission, SubmissionError, submit_run
+from synth_pipelines.submission.errors import SubmissionError
+from synth_pipelines.submission.run_requests import Submission, submit_run
 
 
 class ExperimentConfig(dg.Config):

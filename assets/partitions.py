@@ -3,5 +3,7 @@
 import dagster as dg
 
 dataset_versions = dg.DynamicPartitionsDefinition(name="dataset_versions")
-runs = dg.DynamicPartitionsDefinition(name="runs")
+RUNS = "runs"
+"""The runs' partitions by name, as the Dagster instance's partition calls take them."""
+runs = dg.DynamicPartitionsDefinition(name=RUNS)
 batches = dg.DynamicPartitionsDefinition(name="batches")

@@ -1,5 +1,7 @@
 """`run_spec[run]`: the accepted experiment, pinned: dataset version, profile digests, plan."""
 
+from typing import Any
+
 import dagster as dg
 
 from assets.dataset_tasks import dataset_tasks
@@ -19,9 +21,11 @@ from synth_pipelines.control.runs import get_run
     description="The accepted experiment, pinned: dataset version and digest, actor (and "
     "judge) profile digests, plan and model; its batches are the `batches` partitions.",
 )
+# Dagster takes the result's value type for the output's: Any, as a bare MaterializeResult
+# gives (None would make the output Nothing).
 def run_spec(
     context: dg.AssetExecutionContext, control: ControlDatabase, objects: ObjectStoreResource
-) -> dg.MaterializeResult:
+) -> dg.MaterializeResult[Any]:
     run = get_run(control.engine(), context.partition_key)
     store = objects.store()
     ref = store.put(f"runs/{run.run_id}/spec.json", run.spec.model_dump_json(indent=2).encode())

@@ -1,7 +1,7 @@
 """The Dagster run tags of every run launched for an accepted run: which run, and what it
 evaluates or trains (dataset, actor, model, idempotency key), so the Runs page filters by them."""
 
-from synth_pipelines.control.runs import RunRecord
+from synth_pipelines.contracts.run_record import RunRecord
 
 UNBOUND_MODEL = "served base model"
 """The `synth/model` tag of a run whose actor names no model: it samples the served base."""

@@ -11,13 +11,14 @@ it is stopped by default: turn it on in the UI.
 
 import dagster as dg
 
-from assets.partitions import runs
+from assets.partitions import RUNS
 from assets.run_tags import run_tags
 from resources.control_database import ControlDatabase
 from synth_pipelines.config import Settings
 from synth_pipelines.control.checkpoints import newest_checkpoint
 from synth_pipelines.runtime.served_models import ModelNotServedError, served_models
-from synth_pipelines.submission.run_requests import Submission, SubmissionError, submit_run
+from synth_pipelines.submission.errors import SubmissionError
+from synth_pipelines.submission.run_requests import Submission, submit_run
 
 
 @dg.schedule(
@@ -29,7 +30,7 @@ def nightly_checkpoint_evaluation(
     context: dg.ScheduleEvaluationContext,
     control: ControlDatabase,
     deployment: dg.ResourceParam[Settings],
-):
+) -> dg.SkipReason | dg.RunRequest:
     dataset, actor = deployment.nightly_dataset, deployment.nightly_actor
     if not dataset or not actor:
         return dg.SkipReason(
@@ -61,6 +62,6 @@ def nightly_checkpoint_evaluation(
         f"{checkpoint.sampler_path} on {dataset}"
     )
     # A schedule cannot request partitions as a sensor does; the gate adds the same one.
-    if not context.instance.has_dynamic_partition(runs.name, run.run_id):
-        context.instance.add_dynamic_partitions(runs.name, [run.run_id])
+    if not context.instance.has_dynamic_partition(RUNS, run.run_id):
+        context.instance.add_dynamic_partitions(RUNS, [run.run_id])
     return dg.RunRequest(run_key=f"spec:{run.run_id}", partition_key=run.run_id, tags=run_tags(run))

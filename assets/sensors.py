@@ -10,6 +10,7 @@ that did not complete.
 
 import json
 from dataclasses import asdict, dataclass, field
+from typing import cast
 
 import dagster as dg
 
@@ -17,10 +18,12 @@ from assets.jobs import BATCH_ASSETS, BATCH_JOBS, TERMINAL_ASSETS, pin_run_spec,
 from assets.partitions import batches, runs
 from assets.run_tags import run_tags
 from resources.control_database import ControlDatabase
+from synth_pipelines.contracts.run_event import RunEvent
+from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.contracts.run_spec import batch_key, parse_batch_key
-from synth_pipelines.control.events import RunEvent, read_events
+from synth_pipelines.control.events import read_events
 from synth_pipelines.control.run_lifecycle import interrupt_run
-from synth_pipelines.control.runs import RunRecord, get_run
+from synth_pipelines.control.runs import get_run
 from synth_pipelines.runtime.failures import innermost_cause
 
 
@@ -63,7 +66,9 @@ def warm_start_request(run: RunRecord, run_key: str) -> dg.RunRequest:
     )
 
 
-def _resume(context: dg.SensorEvaluationContext, event: RunEvent, run: RunRecord):
+def _resume(
+    context: dg.SensorEvaluationContext, event: RunEvent, run: RunRecord
+) -> tuple[str, dg.RunRequest]:
     """Relaunch the batch from its first step without a materialization of this partition."""
     partition = event.data["batch"]
     _, index = parse_batch_key(partition)
@@ -135,7 +140,8 @@ def batch_gate(context: dg.SensorEvaluationContext, control: ControlDatabase) ->
         ).records
         for record in records:
             cursor.materializations[asset] = record.storage_id
-            run_id, index = parse_batch_key(record.partition_key)
+            # Every terminal asset is partitioned by batch: its materializations name one.
+            run_id, index = parse_batch_key(cast(str, record.partition_key))
             run = get_run(engine, run_id)
             if TERMINAL_ASSETS[run.kind] != asset or run.finished:
                 continue

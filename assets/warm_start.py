@@ -4,6 +4,8 @@ checkpoint that a train or eval run then binds with `--model`.
 The learning code (tinker-cookbook, and torch under it) is imported inside the asset body,
 so loading the code location stays fast for every other job."""
 
+from typing import Any
+
 import dagster as dg
 
 from assets.curve_metadata import curve_metadata
@@ -13,6 +15,7 @@ from resources.control_database import ControlDatabase
 from resources.object_store import ObjectStoreResource
 from resources.training import TrainingService
 from synth_pipelines.config import Settings
+from synth_pipelines.contracts.plan import WarmStartPlan
 from synth_pipelines.control.runs import get_run
 
 
@@ -24,22 +27,26 @@ from synth_pipelines.control.runs import get_run
     description="Supervised training of a warm-start run on the dataset's demonstrations: "
     "the checkpoint (sampler and trainer state) that a train or eval run binds with `--model`.",
 )
+# Dagster takes the result's value type for the output's: Any, as a bare MaterializeResult
+# gives (None would make the output Nothing).
 def warm_start(
     context: dg.AssetExecutionContext,
     control: ControlDatabase,
     objects: ObjectStoreResource,
     training: TrainingService,
     deployment: dg.ResourceParam[Settings],
-) -> dg.MaterializeResult:
+) -> dg.MaterializeResult[Any]:
     from synth_pipelines.learning.demonstrations import DemonstrationError
     from synth_pipelines.learning.warm_start import warm_start as run_warm_start
 
     spec = get_run(control.engine(), context.partition_key).spec
+    plan = spec.plan
+    assert isinstance(plan, WarmStartPlan), f"run {spec.run_id} is not a warm start"
     store = objects.store()
 
     def progress(step: int, loss: float) -> None:
-        if step == 1 or step % 10 == 0 or step == spec.plan.steps:
-            context.log.info(f"warm start step {step}/{spec.plan.steps}: loss/token {loss:.4f}")
+        if step == 1 or step % 10 == 0 or step == plan.steps:
+            context.log.info(f"warm start step {step}/{plan.steps}: loss/token {loss:.4f}")
 
     try:
         result = run_warm_start(
@@ -47,7 +54,7 @@ def warm_start(
         )
     except DemonstrationError as error:
         raise dg.Failure(description=str(error)) from None
-    trained: dict = {}
+    trained: dict[str, int | dg.MetadataValue | None] = {}
     if result.demonstrations is not None:
         trained = {"demonstrations": result.demonstrations, "datums": result.datums}
     else:

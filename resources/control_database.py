@@ -6,7 +6,7 @@ from sqlalchemy import Engine
 from synth_pipelines.control.database import engine_for
 
 
-class ControlDatabase(dg.ConfigurableResource):
+class ControlDatabase(dg.ConfigurableResource["ControlDatabase"]):
     url: str
 
     def engine(self) -> Engine:

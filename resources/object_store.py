@@ -5,7 +5,7 @@ import dagster as dg
 from synth_pipelines.storage.objectstore import ObjectStore, open_object_store
 
 
-class ObjectStoreResource(dg.ConfigurableResource):
+class ObjectStoreResource(dg.ConfigurableResource["ObjectStoreResource"]):
     url: str
     endpoint_url: str | None = None
 

@@ -33,6 +33,6 @@ class TableIOManager(dg.ConfigurableIOManager):
         return load_table(
             self.control.engine(),
             self.objects.store(),
-            context.upstream_output.asset_key.to_user_string(),
+            context.asset_key.to_user_string(),
             _partition(context),
         )

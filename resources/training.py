@@ -5,18 +5,21 @@ It holds the connection, nothing of a batch: a batch's training client lives in 
 step (`learning/training_step.py`). The tinker SDK (and torch under it) is imported only
 when something trains, so the code location loads quickly."""
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import dagster as dg
 from pydantic import PrivateAttr
 
+if TYPE_CHECKING:
+    import tinker
 
-class TrainingService(dg.ConfigurableResource):
+
+class TrainingService(dg.ConfigurableResource["TrainingService"]):
     base_url: str
     api_key: str
-    _service: Any = PrivateAttr(default=None)
+    _service: "tinker.ServiceClient | None" = PrivateAttr(default=None)
 
-    def service(self):
+    def service(self) -> "tinker.ServiceClient":
         import tinker
 
         if self._service is None:

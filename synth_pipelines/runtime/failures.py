@@ -8,7 +8,7 @@ task and attempt when an attempt raised it (`AttemptFailedError` wraps those).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 
 class AttemptFailedError(RuntimeError):
@@ -25,10 +25,14 @@ class AttemptFailedError(RuntimeError):
 class ErrorInfo(Protocol):
     """Dagster's serializable error: class name, message, and what caused it."""
 
-    cls_name: str | None
-    message: str
-    cause: Any
-    context: Any
+    @property
+    def cls_name(self) -> str | None: ...
+    @property
+    def message(self) -> str: ...
+    @property
+    def cause(self) -> ErrorInfo | None: ...
+    @property
+    def context(self) -> ErrorInfo | None: ...
 
 
 @dataclass(frozen=True)
