@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 from sqlalchemy import func, select
 
 from synth_pipelines.config import Settings
+from synth_pipelines.contracts.scoped_token import AttemptScope
 from synth_pipelines.control.database import engine_for
 from synth_pipelines.control.schema import evidence_calls, evidence_chunks
 from synth_pipelines.credentials import load_signing_key, mint_token
@@ -45,12 +46,14 @@ class OurEvidence:
     def token(self, attempt: str, role: str = "actor") -> str:
         return mint_token(
             load_signing_key(self.settings.signing_key_path),
-            run_id=RUN,
-            attempt_id=attempt,
-            owner=self.settings.owner,
-            model=self.model,
+            AttemptScope(
+                run_id=RUN,
+                attempt_id=attempt,
+                owner=self.settings.owner,
+                model=self.model,
+                role=role,
+            ),
             ttl_sec=3600,
-            role=role,
         )
 
     def flush(self) -> None:

@@ -55,6 +55,7 @@ from synth_pipelines.config import Settings
 from synth_pipelines.contracts.plan import EvalPlan
 from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.contracts.run_spec import DatasetPin, RunRequest
+from synth_pipelines.contracts.scoped_token import AttemptScope
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import read_events
 from synth_pipelines.control.runs import RunRecord, accept_run, get_run
@@ -253,12 +254,14 @@ class Evidence:
 def flush_evidence(platform: Platform) -> None:
     token = mint_token(
         load_signing_key(platform.config.signing_key_path),
-        run_id="r-scale",
-        attempt_id="a-operator",
-        owner=platform.config.owner,
-        model="synth/qwen3-tiny",
+        AttemptScope(
+            run_id="r-scale",
+            attempt_id="a-operator",
+            owner=platform.config.owner,
+            model="synth/qwen3-tiny",
+            role="operator",
+        ),
         ttl_sec=600,
-        role="operator",
     )
     httpx.post(
         f"{platform.config.proxy_url}/internal/evidence/flush",

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from synth_pipelines.contracts.scoped_token import TokenClaims
+from synth_pipelines.contracts.scoped_token import AttemptScope, TokenClaims
 
 PREFIX = "sk-synth-"
 
@@ -102,60 +102,16 @@ def _create_signing_key(path: Path) -> None:
         os.unlink(aside)
 
 
-def mint_token(
-    key: bytes,
-    *,
-    run_id: str,
-    attempt_id: str,
-    owner: str,
-    model: str,
-    ttl_sec: int,
-    role: str = "actor",
-    batch: str | None = None,
-    trial_id: str | None = None,
-    sampling_seed: int | None = None,
-    sampling_temperature: float | None = None,
-) -> str:
-    claims = new_claims(
-        run_id=run_id,
-        attempt_id=attempt_id,
-        owner=owner,
-        model=model,
-        ttl_sec=ttl_sec,
-        role=role,
-        batch=batch,
-        trial_id=trial_id,
-        sampling_seed=sampling_seed,
-        sampling_temperature=sampling_temperature,
-    )
-    return sign_claims(key, claims)
+def mint_token(key: bytes, scope: AttemptScope, *, ttl_sec: int) -> str:
+    return sign_claims(key, new_claims(scope, ttl_sec=ttl_sec))
 
 
-def new_claims(
-    *,
-    run_id: str,
-    attempt_id: str,
-    owner: str,
-    model: str,
-    ttl_sec: int,
-    role: str = "actor",
-    batch: str | None = None,
-    trial_id: str | None = None,
-    sampling_seed: int | None = None,
-    sampling_temperature: float | None = None,
-) -> TokenClaims:
-    """The claims of a new token, valid for `ttl_sec` from now, with an id of its own
-    (what revocation names)."""
+def new_claims(scope: AttemptScope, *, ttl_sec: int) -> TokenClaims:
+    """The claims of a new token granting `scope` (only the scope's own fields, when it is a
+    record that adds to it), valid for `ttl_sec` from now, with an id of its own (what
+    revocation names)."""
     return TokenClaims(
-        run_id=run_id,
-        attempt_id=attempt_id,
-        owner=owner,
-        model=model,
-        role=role,
-        batch=batch,
-        trial_id=trial_id,
-        sampling_seed=sampling_seed,
-        sampling_temperature=sampling_temperature,
+        **scope.model_dump(include=set(AttemptScope.model_fields)),
         expires_at=int(time.time()) + ttl_sec,
         token_id=uuid.uuid4().hex,
     )

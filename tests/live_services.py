@@ -19,6 +19,7 @@ from proxy.app import create_app
 from proxy.config import ProxyConfig
 from proxy.sandbox_listener import sandbox_socket
 from synth_pipelines.config import Settings
+from synth_pipelines.contracts.scoped_token import AttemptScope
 from synth_pipelines.credentials import load_signing_key, mint_token
 from synth_pipelines.rendering.model_registry import ModelRegistry
 from synth_pipelines.tinker_local.app import create_app as create_model_service
@@ -67,16 +68,18 @@ class Proxy:
     ) -> str:
         return mint_token(
             load_signing_key(self.config.signing_key_path),
-            run_id=run,
-            attempt_id=attempt,
-            owner=Settings().owner,
-            model=model,
+            AttemptScope(
+                run_id=run,
+                attempt_id=attempt,
+                owner=Settings().owner,
+                model=model,
+                role=role,
+                batch=batch,
+                trial_id=trial,
+                sampling_seed=sampling_seed,
+                sampling_temperature=sampling_temperature,
+            ),
             ttl_sec=ttl,
-            role=role,
-            batch=batch,
-            trial_id=trial,
-            sampling_seed=sampling_seed,
-            sampling_temperature=sampling_temperature,
         )
 
     def flush(self) -> dict:

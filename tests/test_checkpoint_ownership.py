@@ -20,6 +20,7 @@ import pytest
 from sqlalchemy import select
 
 from synth_pipelines.config import Settings
+from synth_pipelines.contracts.scoped_token import AttemptScope
 from synth_pipelines.control.checkpoints import run_checkpoints
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.runs import list_runs
@@ -53,12 +54,14 @@ ANOTHER_OWNER = "belongs to another owner"
 def _token(proxy: Proxy, owner: str, model: str) -> str:
     return mint_token(
         load_signing_key(proxy.config.signing_key_path),
-        run_id="r-interactive",
-        attempt_id="a-interactive",
-        owner=owner,
-        model=model,
+        AttemptScope(
+            run_id="r-interactive",
+            attempt_id="a-interactive",
+            owner=owner,
+            model=model,
+            role="interactive",
+        ),
         ttl_sec=600,
-        role="interactive",
     )
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from synth_pipelines.contracts.profile import RuntimeBinding
+
 
 @dataclass(frozen=True)
 class RuntimeBindings:
@@ -20,6 +22,11 @@ class RuntimeBindings:
     context_window: str
     max_output_tokens: str
     log_dir: str = "/logs/agent"
+
+    def value(self, name: RuntimeBinding) -> str:
+        """The value a profile's `bind` names: each name is one of these string fields."""
+        bound: str = getattr(self, name)
+        return bound
 
     @classmethod
     def placeholders(cls, log_dir: str = "/logs/agent") -> RuntimeBindings:

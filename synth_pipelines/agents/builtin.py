@@ -28,6 +28,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from typing import Any, Literal, TypedDict
 
 SYSTEM = (
     "You are a coding agent in a Linux sandbox. The task's files are in the current "
@@ -65,6 +66,42 @@ RETRIED_STATUSES = {408, 409, 429, 500, 502, 503, 504, 529}
 """What the `anthropic` SDK retries: timeouts, conflicts, rate limits, server errors."""
 
 
+class Reply(TypedDict, total=False):
+    """The parts of a Messages reply the loop reads. Its content blocks are JSON objects of
+    several kinds (text, tool use), passed back to the model as they came."""
+
+    content: list[dict[str, Any]]
+    stop_reason: str | None
+    usage: dict[str, int] | None
+
+
+class UserStep(TypedDict):
+    source: Literal["user"]
+    at: str
+    text: str
+
+
+class ToolUse(TypedDict):
+    id: str
+    name: str
+    input: dict[str, object]
+    output: str
+    failed: bool
+
+
+class AgentStep(TypedDict):
+    source: Literal["agent"]
+    at: str
+    text: str
+    usage: dict[str, int]
+    stop_reason: str | None
+    tool_calls: list[ToolUse]
+
+
+Step = UserStep | AgentStep
+"""One entry of the conversation's record: a prompt, or a reply with the tools it used."""
+
+
 class ModelCallError(Exception):
     """The model could not be reached, or refused the call in a way a retry does not cure."""
 
@@ -93,7 +130,7 @@ def opener(base: str) -> urllib.request.OpenerDirector:
     return plain
 
 
-def create_message(body: dict) -> dict:
+def create_message(body: dict[str, object]) -> Reply:
     """POST /v1/messages, non-streaming, retried like the SDK retries (backoff 0.5 s, 1 s)."""
     base = os.environ.get("ANTHROPIC_BASE_URL", "https://api.anthropic.com").rstrip("/")
     client = opener(base)
@@ -109,7 +146,8 @@ def create_message(body: dict) -> dict:
         )
         try:
             with client.open(request, timeout=REQUEST_TIMEOUT_SEC) as response:
-                return json.load(response)
+                reply: Reply = json.load(response)
+                return reply
         except urllib.error.HTTPError as error:
             problem = f"HTTP {error.code}: {error.read().decode(errors='replace')[:2000]}"
             if error.code not in RETRIED_STATUSES:
@@ -122,7 +160,7 @@ def create_message(body: dict) -> dict:
     raise AssertionError("unreachable")
 
 
-def log(event: str, **data) -> None:
+def log(event: str, **data: object) -> None:
     print(json.dumps({"event": event, "time": time.time(), **data}), flush=True)
 
 
@@ -145,12 +183,12 @@ ATIF_VERSION = "ATIF-v1.8"
 """The trajectory format Harbor 0.26 writes and `harbor view` reads."""
 
 
-def present(**fields) -> dict:
+def present(**fields: object) -> dict[str, object]:
     """The fields that have a value: Harbor's trajectory leaves the others out."""
     return {name: value for name, value in fields.items() if value is not None}
 
 
-def write_trajectory(path: str, options: argparse.Namespace, steps: list[dict]) -> None:
+def write_trajectory(path: str, options: argparse.Namespace, steps: list[Step]) -> None:
     """The loop's record as an ATIF trajectory, in the shape Harbor's own models write
     (tests validate it with them); built with the standard library, as importing Harbor's
     models in every sandbox would cost each attempt a sixth of a CPU second."""
@@ -246,17 +284,18 @@ def write_file(path: str, content: str) -> tuple[str, bool]:
     return f"wrote {len(content)} characters to {path}", False
 
 
-def use_tool(name: str, arguments: dict) -> tuple[str, bool]:
+def use_tool(name: str, arguments: object) -> tuple[str, bool]:
+    """Run one tool call; `arguments` is whatever JSON the model sent."""
+    if name not in ("bash", "write_file"):
+        return f"there is no tool named {name!r}; use bash or write_file", True
+    if not isinstance(arguments, dict):
+        return f"tool {name} takes an object of arguments", True
     try:
         if name == "bash":
             return run_bash(str(arguments["command"]))
-        if name == "write_file":
-            return write_file(str(arguments["path"]), str(arguments["content"]))
+        return write_file(str(arguments["path"]), str(arguments["content"]))
     except KeyError as missing:
         return f"tool {name} needs the argument {missing}", True
-    except TypeError:
-        return f"tool {name} takes an object of arguments", True
-    return f"there is no tool named {name!r}; use bash or write_file", True
 
 
 def main() -> int:
@@ -269,7 +308,7 @@ def main() -> int:
     parser.add_argument("--trajectory", default=beside_log())
     parser.add_argument("instruction", nargs="?")
     options = parser.parse_args()
-    steps: list[dict] = []
+    steps: list[Step] = []
     status, answer = run(options, steps)
     if options.answer_file:
         with open(options.answer_file, "w") as handle:
@@ -279,12 +318,12 @@ def main() -> int:
     return status
 
 
-def run(options: argparse.Namespace, steps: list[dict]) -> tuple[int, str]:
+def run(options: argparse.Namespace, steps: list[Step]) -> tuple[int, str]:
     """The agent loop: its exit status and the text of its last reply. `steps` receives
     the conversation (prompts, replies with their usage, tool calls with their outputs)."""
     instruction = options.instruction if options.instruction is not None else sys.stdin.read()
     limit = int(os.environ.get("SYNTH_MAX_OUTPUT_TOKENS", options.max_tokens))
-    messages: list[dict] = [{"role": "user", "content": instruction}]
+    messages: list[dict[str, object]] = [{"role": "user", "content": instruction}]
     steps.append({"source": "user", "at": now(), "text": instruction})
     answer = ""
     for step in range(1, options.max_steps + 1):
@@ -310,7 +349,7 @@ def run(options: argparse.Namespace, steps: list[dict]) -> tuple[int, str]:
         answer = "".join(block.get("text", "") for block in content if block.get("type") == "text")
         messages.append({"role": "assistant", "content": content or [{"type": "text", "text": ""}]})
         calls = [block for block in content if block.get("type") == "tool_use"]
-        used: list[dict] = []
+        used: list[ToolUse] = []
         steps.append(
             {
                 "source": "agent",
@@ -322,7 +361,7 @@ def run(options: argparse.Namespace, steps: list[dict]) -> tuple[int, str]:
             }
         )
         if calls:
-            results = []
+            results: list[dict[str, object]] = []
             for call in calls:
                 arguments = call.get("input") or {}
                 output, failed = use_tool(call.get("name", ""), arguments)

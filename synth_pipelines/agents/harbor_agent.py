@@ -3,7 +3,6 @@ as `synth agent run` (loaded with `AgentConfig(import_path=...)`)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,13 +32,13 @@ class ProfileAgent(BaseAgent):
         logger: Any = None,
         *,
         profile: dict[str, str],
-        identity: dict[str, str],
+        identity: dict[str, object],
         platform: PlatformAccess,
         timeout_sec: float | None = None,
         **kwargs: Any,
     ) -> None:
         self.pinned = PinnedProfile.model_validate(profile)
-        self.identity = AttemptIdentity(**identity)
+        self.identity = AttemptIdentity.model_validate(identity)
         self.platform = platform
         self.timeout_sec = timeout_sec
         super().__init__(
@@ -61,7 +60,7 @@ class ProfileAgent(BaseAgent):
     ) -> None:
         # Harbor gives each trial (each execution of the attempt) its own id; calls carry
         # it, so a re-executed attempt's evidence never mixes with an earlier execution's.
-        identity = replace(self.identity, trial_id=str(self.context_id or ""))
+        identity = self.identity.in_trial(self.context_id)
         started = datetime.now(UTC)
         outcome = await run_profile(
             environment,

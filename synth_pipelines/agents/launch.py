@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from synth_pipelines.agents.bindings import RuntimeBindings
 from synth_pipelines.agents.constraints import check_launch_constraints
 from synth_pipelines.agents.engines import EngineRuntime, engine_runtime
-from synth_pipelines.contracts.profile import Profile
+from synth_pipelines.contracts.profile import EnvBinding, Profile
 
 HOME = "/root"
 INSTRUCTION_STDIN = "/tmp/synth-instruction.txt"
@@ -48,7 +48,7 @@ class Launch:
         argv = " ".join(shlex.quote(part) for part in self.argv)
         return f"{argv}{redirect} > {shlex.quote(self.log_path)} 2>&1"
 
-    def record(self) -> dict:
+    def record(self) -> dict[str, object]:
         return asdict(self)
 
     def digest(self) -> str:
@@ -66,6 +66,14 @@ def _lowers(chosen: str, model_limit: str) -> bool:
     """Whether a profile's output limit is below the model's (or the model's is a
     placeholder, in the launch's record)."""
     return not model_limit.isdecimal() or int(chosen) < int(model_limit)
+
+
+def _env_value(binding: EnvBinding, bindings: RuntimeBindings) -> str:
+    """A binding's literal value, else the runtime value it names (it holds exactly one)."""
+    if binding.value is not None:
+        return binding.value
+    assert binding.bind is not None
+    return bindings.value(binding.bind)
 
 
 def build_launch(
@@ -90,12 +98,7 @@ def build_launch(
     else:
         assert delivery.path is not None
         files.append(FileWrite(_resolve(delivery.path, workdir), instruction, False))
-    chosen = {
-        binding.name: binding.value
-        if binding.value is not None
-        else getattr(bindings, binding.bind)
-        for binding in profile.env
-    }
+    chosen = {binding.name: _env_value(binding, bindings) for binding in profile.env}
     mandatory = runtime.mandatory_env(bindings)
     limit = runtime.output_limit_env
     if limit in chosen and limit in mandatory and _lowers(chosen[limit], mandatory[limit]):

@@ -17,7 +17,9 @@ import asyncio
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 from urllib.parse import urlparse
+from uuid import UUID
 
 import httpx
 from harbor.environments.base import BaseEnvironment
@@ -27,8 +29,9 @@ from synth_pipelines.agents.engines import engine_runtime
 from synth_pipelines.agents.execute import LaunchResult, execute_launch
 from synth_pipelines.agents.launch import Launch, build_launch
 from synth_pipelines.agents.platform_access import PlatformAccess
+from synth_pipelines.contracts.model_info import ModelInfo
 from synth_pipelines.contracts.profile import PinnedProfile
-from synth_pipelines.contracts.scoped_token import TokenClaims
+from synth_pipelines.contracts.scoped_token import AttemptScope, TokenClaims
 from synth_pipelines.control.token_revocations import revoke_token
 from synth_pipelines.tls import client_context
 
@@ -43,18 +46,22 @@ class ModelUnavailableError(RuntimeError):
     pass
 
 
-@dataclass(frozen=True)
-class AttemptIdentity:
-    run_id: str
-    attempt_id: str
-    batch: str
-    owner: str
+@runtime_checkable
+class RoutedEnvironment(Protocol):
+    """An environment that opens its own route to a host address (the bwrap sandbox):
+    a Unix socket, or a host and port."""
+
+    async def open_route(self, inside_port: int, target: Path | tuple[str, int]) -> str: ...
+
+
+class AttemptIdentity(AttemptScope):
+    """An attempt as its session knows it: the scope its token grants, and its task."""
+
     task_name: str
-    model: str
-    role: str = "actor"
-    trial_id: str = ""
-    sampling_seed: int | None = None
-    sampling_temperature: float | None = None
+
+    def in_trial(self, context_id: UUID | None) -> AttemptIdentity:
+        """The attempt in one execution of it: Harbor's id of that trial, if it gave one."""
+        return self.model_copy(update={"trial_id": str(context_id) if context_id else None})
 
 
 @dataclass(frozen=True)
@@ -76,18 +83,7 @@ def mint_attempt_token(
     (whose `token_id` revocation names)."""
     from synth_pipelines.credentials import load_signing_key, new_claims, sign_claims
 
-    claims = new_claims(
-        run_id=identity.run_id,
-        attempt_id=identity.attempt_id,
-        owner=identity.owner,
-        model=identity.model,
-        ttl_sec=ttl_sec,
-        role=identity.role,
-        batch=identity.batch or None,
-        trial_id=identity.trial_id or None,
-        sampling_seed=identity.sampling_seed,
-        sampling_temperature=identity.sampling_temperature,
-    )
+    claims = new_claims(identity, ttl_sec=ttl_sec)
     return sign_claims(load_signing_key(signing_key_path), claims), claims
 
 
@@ -108,8 +104,8 @@ def model_limits(proxy_url: str, token: str, model: str) -> tuple[int, int]:
     if found.status_code != 200:
         message = found.json().get("error", {}).get("message", found.text)
         raise ModelUnavailableError(f"the capture proxy refuses model {model!r}: {message}")
-    entry = found.json()
-    return entry["max_input_tokens"], entry["max_tokens"]
+    entry = ModelInfo.model_validate(found.json())
+    return entry.max_input_tokens, entry.max_tokens
 
 
 async def _route(environment: BaseEnvironment, platform: PlatformAccess) -> str:
@@ -117,14 +113,15 @@ async def _route(environment: BaseEnvironment, platform: PlatformAccess) -> str:
     route to the proxy's listener for sandboxes (which serves only the model routes)
     when the proxy runs on this host, else to its URL."""
     proxy_url = platform.proxy_url
-    open_route = getattr(environment, "open_route", None)
-    if open_route is None:
+    if not isinstance(environment, RoutedEnvironment):
         return proxy_url
     sandboxes = platform.proxy_sandbox_socket
     if sandboxes.is_socket():
-        return await open_route(SANDBOX_PROXY_PORT, sandboxes)
+        return await environment.open_route(SANDBOX_PROXY_PORT, sandboxes)
     address = urlparse(proxy_url)
-    return await open_route(SANDBOX_PROXY_PORT, (address.hostname, address.port or 80))
+    # A URL without a host is this machine's (where asyncio connects when given none).
+    host = address.hostname or "localhost"
+    return await environment.open_route(SANDBOX_PROXY_PORT, (host, address.port or 80))
 
 
 async def run_profile(
@@ -181,12 +178,12 @@ async def _run_with_token(
     context_window, max_output = await asyncio.to_thread(
         model_limits, platform.proxy_url, token, identity.model
     )
-    workdir = (await environment.exec("pwd")).stdout.strip() or "/"
+    workdir = ((await environment.exec("pwd")).stdout or "").strip() or "/"
     bindings = RuntimeBindings(
         task=identity.task_name,
         run=identity.run_id,
         attempt=identity.attempt_id,
-        batch=identity.batch,
+        batch=identity.batch or "",
         model=identity.model,
         proxy_url=await _route(environment, platform),
         token=token,

@@ -113,7 +113,6 @@ def claude(
     identity = AttemptIdentity(
         run_id="interactive",
         attempt_id=f"claude-{os.getpid()}",
-        batch="",
         owner=config.owner,
         task_name=str(Path.cwd()),
         model=model,

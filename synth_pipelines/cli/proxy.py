@@ -55,19 +55,22 @@ def token(
 ) -> None:
     """Mint a scoped model-access token with the platform's signing key (for operators and
     tests); the key is never created here."""
+    from synth_pipelines.contracts.scoped_token import AttemptScope
     from synth_pipelines.credentials import SigningKeyError, mint_token, read_signing_key
 
     config: Settings = ctx.obj
     with user_errors(SigningKeyError):
         value = mint_token(
             read_signing_key(config.signing_key_path),
-            run_id=run,
-            attempt_id=attempt,
-            owner=config.owner,
-            model=model,
+            AttemptScope(
+                run_id=run,
+                attempt_id=attempt,
+                owner=config.owner,
+                model=model,
+                role=role,
+                batch=batch,
+            ),
             ttl_sec=ttl,
-            role=role,
-            batch=batch,
         )
     emit(
         "proxy token",

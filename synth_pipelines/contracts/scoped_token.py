@@ -5,8 +5,10 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 
-class TokenClaims(BaseModel):
-    """The authority a token carries. A sandbox only ever sees its own attempt's token."""
+class AttemptScope(BaseModel):
+    """What a token grants: sampling one model for one attempt of a run, as its owner and in
+    one role. A token's claims carry it; the runtime's identity of an attempt adds to it what
+    only the runtime knows."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -25,5 +27,11 @@ class TokenClaims(BaseModel):
     sampling_temperature: float | None = Field(
         default=None, description="the run's temperature; it replaces the harness's own"
     )
+
+
+class TokenClaims(AttemptScope):
+    """The authority a token carries: its scope, until it expires. A sandbox only ever sees
+    its own attempt's token."""
+
     expires_at: int = Field(description="Unix seconds")
     token_id: str

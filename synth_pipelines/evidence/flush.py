@@ -22,16 +22,13 @@ def flush_evidence(
 ) -> dict[str, int]:
     """Ask the proxy at `proxy_url` to publish every staged call of the run now (only
     these attempts' calls, when given), as `owner`'s operator; returns the proxy's counts."""
+    from synth_pipelines.contracts.scoped_token import AttemptScope
     from synth_pipelines.credentials import load_signing_key, mint_token
 
     token = mint_token(
         load_signing_key(signing_key_path),
-        run_id=run_id,
-        attempt_id="*",
-        owner=owner,
-        model="*",
+        AttemptScope(run_id=run_id, attempt_id="*", owner=owner, model="*", role="operator"),
         ttl_sec=300,
-        role="operator",
     )
     try:
         response = httpx.post(

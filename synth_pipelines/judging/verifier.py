@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import shlex
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -81,7 +80,7 @@ class JudgeVerifier(BaseVerifier):
     ):
         super().__init__(**kwargs)
         self.judge = PinnedProfile.model_validate(judge)
-        self.identity = AttemptIdentity(**identity)
+        self.identity = AttemptIdentity.model_validate(identity)
         self.platform = platform
 
     async def _read(self, path: str) -> str | None:
@@ -102,7 +101,7 @@ class JudgeVerifier(BaseVerifier):
             await environment.upload_dir(self.task.paths.tests_dir, CONTEXT_DIR)
         workdir = ((await environment.exec("pwd")).stdout or "").strip() or "/"
         instruction = judge_instruction(self.task.instruction, workdir, _artifact_paths(self.task))
-        identity = replace(self.identity, trial_id=str(environment.context_id or ""))
+        identity = self.identity.in_trial(environment.context_id)
         started = datetime.now(UTC)
         outcome = await run_profile(
             environment,

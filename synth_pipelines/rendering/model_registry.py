@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from synth_pipelines.config import Settings
 from synth_pipelines.contracts.api_errors import ApiError
+from synth_pipelines.contracts.model_info import ModelInfo
 from synth_pipelines.contracts.validation_errors import describe_validation_error
 from synth_pipelines.rendering.adapters import adapter_for
 from synth_pipelines.rendering.adapters.base import Family, ModelAdapter
@@ -134,24 +135,6 @@ class ModelEntry(_Frozen):
             base_model=self.service_base_model,
             trainable=self.trainable,
         )
-
-
-class ModelInfo(BaseModel):
-    """An entry of `GET /v1/models`, in Anthropic's shape."""
-
-    type: Literal["model"] = "model"
-    id: str
-    display_name: str
-    created_at: str = "1970-01-01T00:00:00Z"
-    lifecycle: Literal["active"] = "active"
-    max_input_tokens: int
-    max_tokens: int
-    # Beyond Anthropic's fields (its clients ignore them): what serves the model, and
-    # whether the platform can train it.
-    family: str
-    route: str
-    base_model: str | None
-    trainable: bool
 
 
 class ModelList(BaseModel):

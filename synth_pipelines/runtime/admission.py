@@ -24,9 +24,9 @@ from datetime import timedelta
 from sqlalchemy import Engine
 
 from synth_pipelines.config import Settings
+from synth_pipelines.contracts.admission_lease import ResourceDemand
 from synth_pipelines.contracts.plan import ResourceBudget
 from synth_pipelines.control.admission_leases import (
-    ResourceDemand,
     release_lease,
     renew_lease,
     request_lease,

@@ -9,9 +9,9 @@ from itertools import combinations
 from sqlalchemy import Engine
 
 from synth_pipelines.contracts.assessment import Assessment, passed
+from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.contracts.run_spec import batch_key
 from synth_pipelines.contracts.table import parquet_to_table
-from synth_pipelines.control.runs import RunRecord
 from synth_pipelines.control.table_outputs import table_history
 from synth_pipelines.storage.objectstore import ObjectStore
 

@@ -32,7 +32,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, ClassVar, Self, override
+from typing import Any, ClassVar, override
 
 from dockerfile_parse import DockerfileParser
 from harbor.environments.capabilities import EnvironmentCapabilities
@@ -103,7 +103,9 @@ class OfflineDockerEnvironment(DockerEnvironment):
 
     daemon: ClassVar[DockerDaemon]
 
-    def __new__(cls, *args: Any, images_dir: Path, project_root: Path, **kwargs: Any) -> Self:
+    def __new__(
+        cls, *args: Any, images_dir: Path, project_root: Path, **kwargs: Any
+    ) -> OfflineDockerEnvironment:
         # Harbor asks the class, not the instance, for its container runtime
         # (`type(self).runtime()`): an environment is made of the class of its daemon.
         return super().__new__(_on_daemon(DockerDaemon.of(images_dir, project_root)))

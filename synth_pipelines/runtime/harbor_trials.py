@@ -7,7 +7,7 @@ import json
 import shutil
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC
 from pathlib import Path
 
@@ -70,7 +70,7 @@ def environment_config(
     deployment's host; locally it binds what the launched engines of these profiles need
     (read-only) into both."""
     choice, overrides = settings.environment, settings.overrides
-    kwargs: dict = dict(choice.kwargs)
+    kwargs: dict[str, object] = dict(choice.kwargs)
     if choice.provider == "local":
         location = {"import_path": LOCAL_ENVIRONMENT}
         host = HostSettings.model_validate(deployment, from_attributes=True)
@@ -134,7 +134,7 @@ def agent_config(
         skip_model_parsing=True,
         kwargs={
             "profile": actor.pinned.model_dump(),
-            "identity": asdict(identity),
+            "identity": identity.model_dump(),
             "platform": platform,
             "timeout_sec": timeout,
         },
@@ -169,7 +169,11 @@ def verifier_config(
     )
     return VerifierConfig(
         import_path=JUDGE_VERIFIER,
-        kwargs={"judge": judge.model_dump(), "identity": asdict(identity), "platform": platform},
+        kwargs={
+            "judge": judge.model_dump(),
+            "identity": identity.model_dump(),
+            "platform": platform,
+        },
         override_timeout_sec=timeout,
     )
 

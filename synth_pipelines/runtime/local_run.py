@@ -51,14 +51,13 @@ async def run_locally(
     identity = AttemptIdentity(
         run_id=f"local-{datetime.now(UTC):%Y%m%d}",
         attempt_id=f"local-{uuid.uuid4().hex[:12]}",
-        batch="",
         owner=deployment.owner,
         task_name=task.name,
         model=model,
         role=profile.role,
     )
     paths = TrialPaths(output_dir)
-    paths.mkdir()
+    paths.mkdir()  # type: ignore[no-untyped-call]  # Harbor leaves TrialPaths.mkdir unannotated
     environment = BwrapEnvironment(
         environment_dir=task.paths.environment_dir,
         environment_name=task.name,

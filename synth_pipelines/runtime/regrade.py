@@ -38,7 +38,7 @@ from synth_pipelines.runtime.harbor_trials import (
     environment_config,
     verifier_config,
 )
-from synth_pipelines.runtime.trial_batch import demand_for
+from synth_pipelines.runtime.trial_batch import demand_for, execution_settings
 from synth_pipelines.runtime.trial_records import (
     archive_trial,
     directory_digest,
@@ -114,17 +114,16 @@ async def _regrade_one(
         owner=spec.owner,
     )
     trials_dir = workspace / "trials"
+    settings = execution_settings(spec)
     config = TrialConfig(
         task=TrialTaskConfig(path=task_dir),
         trial_name=f"{outcome.attempt_id}.{regrade_id}",
         trials_dir=trials_dir,
         source_trial=SourceTrialConfig(action="regrade", type="local", path=source),
         agent=AgentConfig(name="nop"),
-        environment=environment_config(
-            spec.plan, deployment, *([judge.profile()] if judge else [])
-        ),
+        environment=environment_config(settings, deployment, *([judge.profile()] if judge else [])),
         verifier=verifier_config(
-            attempt, spec.plan, judge, PlatformAccess.of(deployment), verify=True
+            attempt, settings, judge, PlatformAccess.of(deployment), verify=True
         ),
     )
     result = await (await Trial.create(config)).run()
@@ -167,12 +166,13 @@ async def regrade_batch(
     shares with every running batch."""
     tasks = await asyncio.to_thread(task_dirs_for, engine, store, spec, index, deployment.work_dir)
     check_regradable(tasks)
-    admission = ResourceAdmission(spec.plan.budget)
+    settings = execution_settings(spec)
+    admission = ResourceAdmission(settings.budget)
     pool_admission = PoolAdmission(engine, WorkerPool.configured(deployment))
 
     async def one(outcome: TrialOutcome) -> Assessment:
         task, task_dir = tasks[outcome.group_index]
-        demand, what = demand_for(task_dir, spec.plan), f"regrade of task {task.name}"
+        demand, what = demand_for(task_dir, settings), f"regrade of task {task.name}"
         async with (
             admission.admit(demand, what),
             pool_admission.admit(demand, what, run_id=spec.run_id, attempt_id=outcome.attempt_id),

@@ -8,10 +8,11 @@ from pathlib import Path
 from sqlalchemy import Engine
 
 from synth_pipelines.contracts.profile import PinnedProfile
+from synth_pipelines.contracts.regrade import Regrade
+from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.contracts.run_spec import batch_key
 from synth_pipelines.control.events import record_event
-from synth_pipelines.control.regrades import Regrade, attach_backfill, get_regrade, record_regrade
-from synth_pipelines.control.runs import RunRecord
+from synth_pipelines.control.regrades import attach_backfill, get_regrade, record_regrade
 from synth_pipelines.control.table_outputs import current_table_ref
 from synth_pipelines.judging.assessing import Assessor
 from synth_pipelines.runtime.regrade import RegradeRefusedError, check_regradable, task_dirs_for

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import Engine
 
 from synth_pipelines.contracts.assessment import Assessment, passed
+from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.contracts.run_spec import batch_key
 from synth_pipelines.contracts.trial import TrialOutcome
 from synth_pipelines.control.batch_results import (
@@ -18,7 +19,6 @@ from synth_pipelines.control.batch_results import (
     tally_assessments,
     tally_outcomes,
 )
-from synth_pipelines.control.runs import RunRecord
 from synth_pipelines.control.table_outputs import tally_batch
 from synth_pipelines.storage.objectstore import ObjectStore
 
@@ -46,7 +46,7 @@ class Summary:
     def platform_error_rate(self) -> float:
         return self.platform_errors / self.attempts if self.attempts else 0.0
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, object]:
         return {
             "attempts": self.attempts,
             "assessed": self.assessed,
@@ -94,7 +94,7 @@ class TaskResult:
         scored = [r for r in self.rewards if r is not None]
         return sum(passed(r) for r in scored) / len(scored) if scored else None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, object]:
         return {
             "task": self.task_name,
             "attempts": self.attempts,

@@ -13,10 +13,10 @@ from sqlalchemy import Engine
 
 from synth_pipelines.contracts.assessment import Assessment
 from synth_pipelines.contracts.interaction import Interaction
+from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.contracts.run_spec import batch_key
 from synth_pipelines.contracts.table import parquet_to_table
 from synth_pipelines.contracts.trial import TrialOutcome
-from synth_pipelines.control.runs import RunRecord
 from synth_pipelines.control.table_outputs import TableMissingError, load_table, table_history
 from synth_pipelines.evidence.reader import read_attempt_evidence, run_attempts
 from synth_pipelines.storage.objectstore import ObjectStore

@@ -16,6 +16,8 @@ from pathlib import Path
 import httpx
 
 from synth_pipelines.config import Settings
+from synth_pipelines.contracts.model_info import ModelInfo
+from synth_pipelines.contracts.scoped_token import AttemptScope
 from synth_pipelines.tls import client_context
 
 PROBE_TIMEOUT_SEC = 10.0
@@ -37,13 +39,13 @@ class ServedModels:
     def require(self, model: str, *, train: bool) -> None:
         """Raise `ModelNotServedError` unless `model` is served (and trainable if `train`)."""
         info = self._proxy_model(model)
-        if train and not info["trainable"]:
+        if train and not info.trainable:
             raise ModelNotServedError(
-                f"model {model!r} is served through a {info['route']!r} route, for inference "
+                f"model {model!r} is served through a {info.route!r} route, for inference "
                 "only: training needs a model the training backend can optimize (a tinker route)"
             )
-        base = info.get("base_model")
-        if info["route"] != "tinker" or base is None:
+        base = info.base_model
+        if info.route != "tinker" or base is None:
             return
         supported = self._service_models()
         if base not in supported:
@@ -70,15 +72,11 @@ class ServedModels:
             raise ModelNotServedError(f"cannot ask the capture proxy: {error}") from None
         return mint_token(
             key,
-            run_id="*",
-            attempt_id="*",
-            owner=self.owner,
-            model="*",
+            AttemptScope(run_id="*", attempt_id="*", owner=self.owner, model="*", role="operator"),
             ttl_sec=300,
-            role="operator",
         )
 
-    def _proxy_model(self, model: str) -> dict:
+    def _proxy_model(self, model: str) -> ModelInfo:
         token = self._operator_token()
         try:
             found = httpx.get(
@@ -95,7 +93,7 @@ class ServedModels:
         if found.status_code != 200:
             message = found.json().get("error", {}).get("message", found.text)
             raise ModelNotServedError(f"the capture proxy refuses model {model!r}: {message}")
-        return found.json()
+        return ModelInfo.model_validate(found.json())
 
     def _service_models(self) -> dict[str, bool]:
         try:

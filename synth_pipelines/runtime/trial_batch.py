@@ -11,17 +11,13 @@ from harbor.models.task.task import Task
 from sqlalchemy import Engine
 
 from synth_pipelines.config import Settings
-from synth_pipelines.contracts.plan import ExecutionSettings
+from synth_pipelines.contracts.admission_lease import ResourceDemand
+from synth_pipelines.contracts.plan import ExecutionSettings, WarmStartPlan
 from synth_pipelines.contracts.run_spec import RunSpec
 from synth_pipelines.contracts.trial import TrialOutcome
 from synth_pipelines.control.events import record_event
 from synth_pipelines.registry.task_packages import materialize_task
-from synth_pipelines.runtime.admission import (
-    PoolAdmission,
-    ResourceAdmission,
-    ResourceDemand,
-    WorkerPool,
-)
+from synth_pipelines.runtime.admission import PoolAdmission, ResourceAdmission, WorkerPool
 from synth_pipelines.runtime.batch_plan import BatchPlan
 from synth_pipelines.runtime.failures import AttemptFailedError
 from synth_pipelines.runtime.harbor_trials import Actor, AttemptContext, run_attempt
@@ -41,6 +37,13 @@ def demand_for(task_dir: Path, settings: ExecutionSettings) -> ResourceDemand:
     )
 
 
+def execution_settings(spec: RunSpec) -> ExecutionSettings:
+    """How the run's attempts are sampled and run. A warm start samples none: its run has
+    no trials, so no batch of it gets here."""
+    assert not isinstance(spec.plan, WarmStartPlan), f"run {spec.run_id} is a warm start"
+    return spec.plan
+
+
 async def run_batch_trials(
     spec: RunSpec,
     plan: BatchPlan,
@@ -57,7 +60,7 @@ async def run_batch_trials(
     worker pool; `on_group` gets each group's outcomes as soon as all are in, while other
     groups may still be running."""
     actor = Actor.of(spec.actor, model)
-    settings = spec.plan
+    settings = execution_settings(spec)
     work_dir = deployment.work_dir
     admission = ResourceAdmission(settings.budget)
     pool_admission = PoolAdmission(engine, WorkerPool.configured(deployment))
@@ -70,7 +73,7 @@ async def run_batch_trials(
     }
     demands = {index: demand_for(task_dir, settings) for index, task_dir in task_dirs.items()}
     finished: dict[int, list[TrialOutcome]] = {group.index: [] for group in plan.groups}
-    group_work: list[asyncio.Task] = []
+    group_work: list[asyncio.Task[None]] = []
 
     async def attempt(group_index: int, attempt_index: int, attempt_id: str) -> TrialOutcome:
         group = plan.groups[group_index]

@@ -8,7 +8,9 @@ In production the webserver sits behind an authenticating reverse proxy
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, TypedDict
 
 import httpx
 from pydantic import SecretStr
@@ -41,6 +43,16 @@ query($id: String!) {
   }
 }
 """
+
+
+# `__typename` says which of the query's outcomes answered; the error outcomes carry a
+# message. (The functional form: a class body would mangle `__typename`.)
+BackfillLaunch = TypedDict(
+    "BackfillLaunch", {"__typename": str, "backfillId": str, "message": str}, total=False
+)
+BackfillOrError = TypedDict(
+    "BackfillOrError", {"__typename": str, "id": str, "status": str, "message": str}, total=False
+)
 
 
 class DagsterUnavailableError(RuntimeError):
@@ -78,7 +90,10 @@ def _refusal(dagster_url: str, response: httpx.Response, token: str | None) -> s
     )
 
 
-def _graphql(webserver: DagsterWebserver, query: str, variables: dict) -> dict:
+def _graphql(
+    webserver: DagsterWebserver, query: str, variables: Mapping[str, object]
+) -> dict[str, Any]:
+    """The result's `data`: the JSON object of each field the query asked for."""
     dagster_url, token = webserver.url, webserver.bearer
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
@@ -109,14 +124,15 @@ def _graphql(webserver: DagsterWebserver, query: str, variables: dict) -> dict:
         raise DagsterUnavailableError(
             f"Dagster refused the request: {body['errors'][0]['message']}"
         )
-    return body["data"]
+    data: dict[str, Any] = body["data"]
+    return data
 
 
 def launch_asset_backfill(
     webserver: DagsterWebserver,
     asset: str,
     partitions: list[str],
-    run_config: dict,
+    run_config: Mapping[str, object],
     tags: dict[str, str],
     title: str,
 ) -> str:
@@ -127,14 +143,16 @@ def launch_asset_backfill(
         "tags": [{"key": key, "value": value} for key, value in tags.items()],
         "title": title,
     }
-    result = _graphql(webserver, LAUNCH_BACKFILL, {"params": params})["launchPartitionBackfill"]
+    data = _graphql(webserver, LAUNCH_BACKFILL, {"params": params})
+    result: BackfillLaunch = data["launchPartitionBackfill"]
     if result["__typename"] != "LaunchBackfillSuccess":
         raise DagsterUnavailableError(f"Dagster did not launch the backfill: {result}")
     return result["backfillId"]
 
 
 def backfill_status(webserver: DagsterWebserver, backfill_id: str) -> str:
-    result = _graphql(webserver, BACKFILL_STATUS, {"id": backfill_id})["partitionBackfillOrError"]
+    data = _graphql(webserver, BACKFILL_STATUS, {"id": backfill_id})
+    result: BackfillOrError = data["partitionBackfillOrError"]
     if result["__typename"] != "PartitionBackfill":
         raise DagsterUnavailableError(f"no backfill {backfill_id}: {result.get('message')}")
     return result["status"]

@@ -95,7 +95,9 @@ class ProductionLayout:
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        # An IPv4 socket's address is (host, port).
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def read_env_file(path: Path) -> dict[str, str]:
