@@ -28,7 +28,7 @@ from synth_pipelines.control.schema import evidence_calls, run_events, runs
 from synth_pipelines.control.table_outputs import TableMissingError, load_table
 from synth_pipelines.evidence.reader import read_attempt_evidence
 from synth_pipelines.runtime.trial_records import restore_trial
-from synth_pipelines.storage.objectstore import ObjectStore, open_object_store
+from synth_pipelines.storage.objectstore import ObjectStore, configured_object_store
 
 attempt_app = typer.Typer(
     help="Read one attempt: its conversation and its grade.", no_args_is_help=True
@@ -244,7 +244,7 @@ def show(
         attempt_id, batch = resolve_attempt(engine, config.owner, attempt)
         if html is not None and not html.parent.is_dir():
             raise UserError(f"cannot write {html}: its directory does not exist")
-    store = open_object_store(config.objects_url, endpoint_url=config.s3_endpoint_url)
+    store = configured_object_store(config)
     with user_errors():
         document = attempt_document(engine, store, attempt_id, batch)
     if html is not None:

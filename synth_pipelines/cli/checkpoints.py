@@ -18,7 +18,7 @@ from synth_pipelines.control.checkpoint_lineage import (
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.ownership import NotOwnerError, owned_run
 from synth_pipelines.control.runs import RunNotFoundError
-from synth_pipelines.storage.objectstore import open_object_store
+from synth_pipelines.storage.objectstore import configured_object_store
 
 checkpoint_app = typer.Typer(
     help="Checkpoints: what produced each one, and what sampled through it since.",
@@ -115,6 +115,6 @@ def show(
     engine = control_engine(config)
     with user_errors(CheckpointNotFoundError):
         checkpoint = resolve_checkpoint(engine, config.owner, checkpoint_id)
-    store = open_object_store(config.objects_url, endpoint_url=config.s3_endpoint_url)
+    store = configured_object_store(config)
     lineage = checkpoint_lineage(engine, store, checkpoint)
     emit("checkpoint show", lineage, as_json, lambda: _render(lineage))

@@ -26,15 +26,11 @@ from synth_pipelines.registry.datasets import (
     publish_dataset,
     read_page,
 )
-from synth_pipelines.storage.objectstore import ObjectStore, open_object_store
+from synth_pipelines.storage.objectstore import configured_object_store
 
 dataset_app = typer.Typer(
     help="Publish and inspect immutable dataset versions.", no_args_is_help=True
 )
-
-
-def _store(config: Settings) -> ObjectStore:
-    return open_object_store(config.objects_url, endpoint_url=config.s3_endpoint_url)
 
 
 @dataset_app.command("publish")
@@ -53,7 +49,7 @@ def publish(
     from resources.dagster_instance import report_dataset_published
 
     config: Settings = ctx.obj
-    engine, store = control_engine(config), _store(config)
+    engine, store = control_engine(config), configured_object_store(config)
     with (
         user_errors(DatasetError),
         ProgressDisplay("json" if as_json else "bar", errors) as display,

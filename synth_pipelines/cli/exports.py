@@ -11,7 +11,7 @@ from synth_pipelines.cli.output import EXIT_RUN_FAILED, JSON_OPTION, console, em
 from synth_pipelines.cli.runs import checked_choice, my_run, run_app
 from synth_pipelines.config import Settings
 from synth_pipelines.control.database import control_engine
-from synth_pipelines.storage.objectstore import open_object_store
+from synth_pipelines.storage.objectstore import configured_object_store
 
 WHAT = ("outcomes", "assessments", "evidence")
 FORMATS = ("parquet", "csv")
@@ -40,7 +40,7 @@ def export(
         fail(f"--out {out}: directory {out.parent} does not exist")
     if out.is_dir():
         fail(f"--out {out} is a directory; name the file to write")
-    store = open_object_store(config.objects_url, endpoint_url=config.s3_endpoint_url)
+    store = configured_object_store(config)
     from synth_pipelines.runtime.run_tables import READERS, EvidenceUnreadableError, write_table
 
     try:

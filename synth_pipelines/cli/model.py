@@ -119,14 +119,14 @@ def teach(
     from synth_pipelines.learning.teacher import dataset_demonstrations, dataset_script
     from synth_pipelines.registry.datasets import DatasetError, get_dataset
     from synth_pipelines.rendering.model_registry import TEACHER_MODEL, configured_registry
-    from synth_pipelines.storage.objectstore import open_object_store
+    from synth_pipelines.storage.objectstore import configured_object_store
     from synth_pipelines.submission.run_requests import read_profile
     from synth_pipelines.tls import client_context
 
     config: Settings = ctx.obj
     target = url or config.teacher_service_url
     engine = control_engine(config)
-    store = open_object_store(config.objects_url, endpoint_url=config.s3_endpoint_url)
+    store = configured_object_store(config)
     with user_errors(DatasetError, DemonstrationError):
         version = get_dataset(engine, dataset)
         harness = read_profile(engine, actor, "actor profile").profile().engine

@@ -20,12 +20,8 @@ from synth_pipelines.control.checkpoints import run_checkpoints
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.policy_updates import UnresolvedUpdateError
 from synth_pipelines.control.runs import RunNotFoundError, get_run
-from synth_pipelines.storage.objectstore import ObjectStore, open_object_store
+from synth_pipelines.storage.objectstore import configured_object_store
 from synth_pipelines.submission.errors import SubmissionError
-
-
-def _store(config: Settings) -> ObjectStore:
-    return open_object_store(config.objects_url, endpoint_url=config.s3_endpoint_url)
 
 
 @run_app.command("checkpoints")
@@ -138,7 +134,12 @@ def regrade(
     with user_errors(RegradeRefusedError, DagsterUnavailableError, SubmissionError):
         pinned = read_profile(engine, judge, "judge profile") if judge else None
         started = request_regrade(
-            engine, _store(config), run, pinned, work_dir=config.work_dir, webserver=webserver
+            engine,
+            configured_object_store(config),
+            run,
+            pinned,
+            work_dir=config.work_dir,
+            webserver=webserver,
         )
     backfill_id = started.backfill_id
     assert backfill_id is not None, "a requested regrade comes back with its launched backfill"

@@ -40,7 +40,7 @@ from synth_pipelines.control.runs import (
     list_runs,
     resolve_run_id,
 )
-from synth_pipelines.storage.objectstore import ObjectStore, open_object_store
+from synth_pipelines.storage.objectstore import configured_object_store
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -55,10 +55,6 @@ EXIT_INTERRUPTED = 130
 """Ctrl-C stopped the waiting (the shell's code for SIGINT); the run goes on."""
 
 run_app = typer.Typer(help="Submit experiments and inspect their runs.", no_args_is_help=True)
-
-
-def _store(config: Settings) -> ObjectStore:
-    return open_object_store(config.objects_url, endpoint_url=config.s3_endpoint_url)
 
 
 def dagster_runs_url(dagster_url: str, run_id: str) -> str:
@@ -256,7 +252,7 @@ def show_results(config: Settings, run: RunRecord, as_json: bool) -> None:
     from synth_pipelines.control.run_documents import current_fingerprint, store_run_document
     from synth_pipelines.runtime.results import collect_results
 
-    store = _store(config)
+    store = configured_object_store(config)
     engine = control_engine(config)
     kept = None
     if as_json:
@@ -359,7 +355,7 @@ def show_assessments(config: Settings, run: RunRecord, as_json: bool) -> None:
         verdicts_by_task,
     )
 
-    sets = assessment_sets(control_engine(config), _store(config), run)
+    sets = assessment_sets(control_engine(config), configured_object_store(config), run)
     pairs = agreements(sets)
     by_task = verdicts_by_task(sets)
 
@@ -531,7 +527,7 @@ def compare(
 
     config: Settings = ctx.obj
     engine = control_engine(config)
-    store = _store(config)
+    store = configured_object_store(config)
     runs = [my_run(engine, baseline, config.owner), my_run(engine, candidate, config.owner)]
     rows: list[dict[str, Any]] = []
     proportions = []

@@ -15,8 +15,11 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlparse
+
+if TYPE_CHECKING:
+    from synth_pipelines.config import Settings
 
 
 class ObjectExistsError(Exception):
@@ -217,3 +220,8 @@ def open_object_store(url: str, endpoint_url: str | None = None) -> ObjectStore:
     if parsed.scheme == "s3":
         return S3ObjectStore(parsed.netloc, parsed.path, endpoint_url=endpoint_url)
     raise ValueError(f"unsupported object store url {url!r}: use file:///dir or s3://bucket/prefix")
+
+
+def configured_object_store(config: Settings) -> ObjectStore:
+    """The object store `config` names."""
+    return open_object_store(config.objects_url, endpoint_url=config.s3_endpoint_url)
