@@ -15,10 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.markup import escape
 from sqlalchemy import Engine, select
 
-from synth_pipelines.cli.output import JSON_OPTION, UserError, console, emit, user_errors
+from synth_pipelines.cli.output import (
+    JSON_OPTION,
+    UserError,
+    console,
+    emit,
+    inert,
+    user_errors,
+)
 from synth_pipelines.config import Settings
 from synth_pipelines.contracts.assessment import Assessment
 from synth_pipelines.contracts.interaction import Interaction
@@ -194,35 +200,38 @@ def attempt_document(
 
 def _render(document: dict[str, Any]) -> None:
     console.print(
-        f"[bold]{document['attempt_id']}[/] task {document['task_name']}, {document['status']}; "
+        f"[bold]{document['attempt_id']}[/] task {inert(document['task_name'])}, "
+        f"{document['status']}; "
         f"reward {document['reward']}",
         soft_wrap=True,
     )
     if document["system"]:
-        console.print(f"[dim]system:[/] {escape(document['system'])}")
+        console.print(f"[dim]system:[/] {inert(document['system'])}")
     results = {tool["tool_use_id"]: tool for tool in document["tool_calls"]}
     for call in document["calls"]:
         for message in call["input"]:
             for block in message["content"]:
                 if block.get("type") == "text":
-                    console.print(f"[cyan]{message['role']}:[/] {escape(block['text'])}")
+                    console.print(f"[cyan]{inert(message['role'])}:[/] {inert(block['text'])}")
         console.print(
-            f"[dim]model call {call['call_index']} ({call['agent_id']}): "
+            f"[dim]model call {call['call_index']} ({inert(call['agent_id'])}): "
             f"{call['prompt_tokens']} prompt + {call['completion_tokens']} completion tokens, "
             f"{call['stop_reason']}; evidence {call['chunk_key']}[/]",
             soft_wrap=True,
         )
         for block in call["output"]:
             if block.get("type") == "text" and block.get("text"):
-                console.print(f"[green]assistant:[/] {escape(block['text'])}")
+                console.print(f"[green]assistant:[/] {inert(block['text'])}")
             elif block.get("type") == "tool_use":
                 tool = results[block["id"]]
-                console.print(f"[yellow]{tool['name']}[/] {escape(json.dumps(tool['input']))}")
-                console.print(escape(tool["output"] or "(no result)"))
+                console.print(
+                    f"[yellow]{inert(tool['name'])}[/] {inert(json.dumps(tool['input']))}"
+                )
+                console.print(inert(tool["output"] or "(no result)"))
     if document["verifier_output"]:
-        console.print(f"[bold]verifier output[/]\n{escape(document['verifier_output'])}")
+        console.print(f"[bold]verifier output[/]\n{inert(document['verifier_output'])}")
     if document["rationale"]:
-        console.print(f"[bold]rationale[/]\n{escape(document['rationale'])}")
+        console.print(f"[bold]rationale[/]\n{inert(document['rationale'])}")
 
 
 @attempt_app.command("show")

@@ -29,7 +29,8 @@ def export(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """One of a run's tables as a file: `pl.read_parquet(path)` opens it. Evidence has a
-    row per captured model call with its token ids and logprobs as lists (JSON in CSV)."""
+    row per captured model call with its token ids and logprobs as lists (JSON in CSV). A
+    CSV text cell that a spreadsheet would run as a formula is prefixed with `'`."""
     checked_choice(what, "--what", WHAT)
     checked_choice(file_format, "--format", FORMATS)
     config: Settings = ctx.obj

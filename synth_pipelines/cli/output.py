@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -12,6 +13,7 @@ from typing import Any, NoReturn
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from synth_pipelines.contracts.validation_errors import describe_validation_error
@@ -36,6 +38,22 @@ JSON_LINES_OPTION = typer.Option(
 )
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+# C0 controls but newline and tab, DEL, C1 controls, and the bidirectional overrides and
+# isolates (text that reads in one order and is stored in another).
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def inert(text: str) -> str:
+    """Text an agent or a task chose, made safe to print through Rich: every control
+    character written as a visible `\\xNN` / `\\uNNNN` escape (no escape sequence, carriage
+    return or bell reaches the terminal) and Rich markup escaped (a `[/]` prints as itself)."""
+
+    def visible(match: re.Match[str]) -> str:
+        code = ord(match.group())
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+    return escape(_UNPRINTABLE.sub(visible, text))
 
 
 class UserError(Exception):

@@ -20,6 +20,7 @@ from synth_pipelines.cli.output import (
     errors,
     fail,
     folding_table,
+    inert,
     user_errors,
 )
 from synth_pipelines.cli.progress import WAIT_HELP, ProgressDisplay, RunCounter
@@ -216,7 +217,7 @@ def _results_table(results: RunResults) -> Table:
     for task in results.tasks:
         rewards = ", ".join("-" if r is None else f"{r:g}" for r in task.rewards)
         rate = "-" if task.pass_rate is None else f"{task.pass_rate:.0%}"
-        table.add_row(task.task_name, str(task.attempts), rewards, rate)
+        table.add_row(inert(task.task_name), str(task.attempts), rewards, rate)
     return table
 
 
@@ -274,7 +275,7 @@ def show_results(config: Settings, run: RunRecord, as_json: bool) -> None:
             f"({results.batches_done}/{run.batch_count} batches)"
         )
         if stop is not None:
-            errors.print(describe_stop(stop), highlight=False, soft_wrap=True)
+            errors.print(inert(describe_stop(stop)), highlight=False, soft_wrap=True)
         if series:
             console.print(series_table(series))
             trend = reward_trend(series)
@@ -288,7 +289,7 @@ def show_results(config: Settings, run: RunRecord, as_json: bool) -> None:
             f"{summary.task_errors} task error(s)"
         )
         for reason, count in summary.error_reasons.items():
-            console.print(f"  {count} x {reason}", highlight=False, soft_wrap=True)
+            console.print(f"  {count} x {inert(reason)}", highlight=False, soft_wrap=True)
         if summary.platform_errors:
             errors.print(
                 f"warning: {summary.platform_errors} of {summary.attempts} attempts failed on the "
@@ -364,7 +365,7 @@ def show_assessments(config: Settings, run: RunRecord, as_json: bool) -> None:
         for group in sets:
             rate = group.pass_rate()
             table.add_row(
-                group.label, str(len(group.verdicts)), "-" if rate is None else f"{rate:.0%}"
+                inert(group.label), str(len(group.verdicts)), "-" if rate is None else f"{rate:.0%}"
             )
         console.print(table)
         for pair in pairs:
@@ -373,15 +374,15 @@ def show_assessments(config: Settings, run: RunRecord, as_json: bool) -> None:
                 f"agreement {agreement} ({pair.agreeing}/{pair.compared}) between {pair.first} and "
                 f"{pair.second}"
                 + (
-                    f"; they differ on {', '.join(pair.differing_tasks)}"
+                    f"; they differ on {inert(', '.join(pair.differing_tasks))}"
                     if pair.differing_tasks
                     else ""
                 )
             )
-        tasks = Table("task", *(group.label for group in sets))
+        tasks = Table("task", *(inert(group.label) for group in sets))
         for task, verdicts in sorted(by_task.items()):
             tasks.add_row(
-                task,
+                inert(task),
                 *(
                     ", ".join("-" if r is None else f"{r:g}" for r in verdicts.get(group.label, []))
                     for group in sets
@@ -473,7 +474,7 @@ def _print_event(event: RunEvent, as_json: bool) -> None:
 
         typer.echo(json.dumps(validated("run events", event), sort_keys=True))
     else:
-        details = " ".join(f"{k}={v}" for k, v in sorted(event.data.items()))
+        details = inert(" ".join(f"{k}={v}" for k, v in sorted(event.data.items())))
         console.print(
             f"{event.seq:>8} {event.created_at:%H:%M:%S} {event.kind:<18} {details}",
             highlight=False,

@@ -80,6 +80,14 @@ def write_table(table: pa.Table, out: Path, file_format: str) -> None:
             for name, dtype in frame.schema.items()
             if dtype.is_nested()
         )
+        # A spreadsheet runs a cell that starts with one of these as a formula, and agents
+        # choose some of this text (their headers, their errors): such a cell is prefixed
+        # with a quote, as OWASP's advice on CSV injection says.
+        frame = frame.with_columns(
+            pl.col(name).str.replace(r"^([=+\-@\t\r])", "'${1}")
+            for name, dtype in frame.schema.items()
+            if dtype == pl.String
+        )
     descriptor, temporary = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
     os.close(descriptor)
     try:
