@@ -9,12 +9,15 @@ listener, which operators reach on the host. Before, `/metrics`, `/openapi.json`
 `/docs` answered through the route without a token, with platform-wide counters.
 
 The socket sits in the proxy's state directory, mode 0600: only the host's root (the
-controller that opens routes) can connect to it.
+controller that opens routes) can connect to it. One proxy owns it at a time: a lock
+beside it is held while the proxy serves, so a second proxy started against the same
+state directory (on its own port) refuses to start instead of replacing the socket every
+running sandbox's route connects to; a killed proxy's lock goes with its process.
 """
 
 from __future__ import annotations
 
-import contextlib
+import fcntl
 import os
 import socket
 from collections.abc import Iterator
@@ -30,28 +33,51 @@ MODEL_ROUTES = ("/v1/messages", "/v1/messages/count_tokens", "/v1/models")
 MAX_SOCKET_PATH = 107
 
 
+class SandboxSocketTakenError(RuntimeError):
+    """Another running proxy serves sandboxes at this path."""
+
+
+@contextmanager
+def _owned(path: Path) -> Iterator[None]:
+    """Hold the lock that says which proxy serves sandboxes at `path`. A POSIX record lock:
+    the proxy's forked workers do not inherit it, and it ends with the process."""
+    lock = path.with_name(f"{path.name}.lock")
+    descriptor = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.lockf(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(descriptor, 32, 0).decode(errors="replace").strip() or "unknown"
+            raise SandboxSocketTakenError(
+                f"a capture proxy (pid {holder}) already serves sandboxes at {path}; stop it "
+                "first (`synth down`), or give this one its own SYNTH_DATA_DIR"
+            ) from None
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(descriptor)
+
+
 @contextmanager
 def sandbox_socket(path: Path) -> Iterator[socket.socket]:
     """A listening Unix socket at `path` (replacing one a killed proxy left), removed
-    again when the proxy is done with it, unless another proxy has taken the path."""
+    again when the proxy is done with it; refused while another proxy serves there."""
     if len(os.fsencode(path)) > MAX_SOCKET_PATH:
         raise ValueError(
             f"the proxy's sandbox socket path {path} is longer than {MAX_SOCKET_PATH} bytes; "
             "set SYNTH_DATA_DIR to a shorter directory"
         )
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.unlink(missing_ok=True)
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+    with _owned(path), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        path.unlink(missing_ok=True)
         listener.bind(str(path))
         path.chmod(0o600)
-        bound = path.stat().st_ino
         listener.listen(128)
         try:
             yield listener
         finally:
-            with contextlib.suppress(FileNotFoundError):
-                if path.stat().st_ino == bound:
-                    path.unlink()
+            path.unlink(missing_ok=True)
 
 
 def _model_route(path: str) -> bool:

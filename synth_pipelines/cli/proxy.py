@@ -24,6 +24,7 @@ def serve(
     from proxy.libtorch import defer_torch_package
 
     defer_torch_package()
+    from proxy.sandbox_listener import SandboxSocketTakenError
     from proxy.server import DEFAULT_WORKERS
     from proxy.server import serve as run
     from resources.captured_interactions_events import DagsterReporter
@@ -33,11 +34,12 @@ def serve(
     config: Settings = ctx.obj
     reporter = DagsterReporter(config.dagster_home)
     try:
-        run(
-            config,
-            workers=DEFAULT_WORKERS if workers is None else workers,
-            report_published=reporter,
-        )
+        with user_errors(SandboxSocketTakenError):
+            run(
+                config,
+                workers=DEFAULT_WORKERS if workers is None else workers,
+                report_published=reporter,
+            )
     finally:
         reporter.close()
 
