@@ -371,8 +371,8 @@ def show_assessments(config: Settings, run: RunRecord, as_json: bool) -> None:
         for pair in pairs:
             agreement = "-" if pair.rate is None else f"{pair.rate:.0%}"
             console.print(
-                f"agreement {agreement} ({pair.agreeing}/{pair.compared}) between {pair.first} and "
-                f"{pair.second}"
+                f"agreement {agreement} ({pair.agreeing}/{pair.compared}) between "
+                f"{inert(pair.first)} and {inert(pair.second)}"
                 + (
                     f"; they differ on {inert(', '.join(pair.differing_tasks))}"
                     if pair.differing_tasks
