@@ -30,7 +30,9 @@ class Caller:
         try:
             check_model(self.claims, model)
         except TokenScopeError as error:
-            raise ApiError("permission_error", str(error)) from None
+            # The harness (or the model driving it) chose the model: refusing it is the
+            # attempt's outcome, not a platform fault that would exclude the attempt.
+            raise ApiError("permission_error", str(error), callers_choice=True) from None
 
     def check_checkpoint_owner(self, registry: ModelRegistry, model: str) -> None:
         """A checkpoint is served, and described, only to its owner's tokens."""

@@ -14,7 +14,7 @@ import itertools
 import os
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -88,18 +88,18 @@ class InferenceRoutes:
         self,
         call_id: str,
         entry: ModelEntry,
-        body: bytes,
-        record: CallRecord,
         prompt_tokens: int,
+        answer: Callable[[], Awaitable[Message]],
         on_error: FaultRecorder,
     ) -> AsyncIterator[bytes]:
+        """`answer`: the call's `complete`, as its caller accounts for it."""
         start = Message(
             id=f"msg_{call_id}",
             content=[],
             model=entry.id,
             usage=Usage(input_tokens=prompt_tokens, output_tokens=0),
         )
-        return message_stream(start, lambda: self.complete(call_id, entry, body, record), on_error)
+        return message_stream(start, answer, on_error)
 
     async def _ask(
         self, route: InferenceRoute, request: MessagesRequest, max_tokens: int, message_id: str

@@ -10,23 +10,24 @@ listener, which operators reach on the host. Before, `/metrics`, `/openapi.json`
 
 The socket sits in the proxy's state directory, mode 0600: only the host's root (the
 controller that opens routes) can connect to it. One proxy owns it at a time: a lock
-beside it is held while the proxy serves, so a second proxy started against the same
-state directory (on its own port) refuses to start instead of replacing the socket every
-running sandbox's route connects to; a killed proxy's lock goes with its process.
+beside it is held while the proxy serves (`storage/pid_lock.py`), so a second proxy
+started against the same state directory (on its own port) refuses to start instead of
+replacing the socket every running sandbox's route connects to; a killed proxy's lock
+goes with its process.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import socket
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from synth_pipelines.contracts.api_errors import ErrorDetail, ErrorResponse
+from synth_pipelines.storage.pid_lock import pid_lock
 
 MODEL_ROUTES = ("/v1/messages", "/v1/messages/count_tokens", "/v1/models")
 # A Unix socket path must fit `sockaddr_un.sun_path`.
@@ -37,26 +38,17 @@ class SandboxSocketTakenError(RuntimeError):
     """Another running proxy serves sandboxes at this path."""
 
 
-@contextmanager
-def _owned(path: Path) -> Iterator[None]:
-    """Hold the lock that says which proxy serves sandboxes at `path`. A POSIX record lock:
-    the proxy's forked workers do not inherit it, and it ends with the process."""
-    lock = path.with_name(f"{path.name}.lock")
-    descriptor = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        try:
-            fcntl.lockf(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = os.pread(descriptor, 32, 0).decode(errors="replace").strip() or "unknown"
-            raise SandboxSocketTakenError(
-                f"a capture proxy (pid {holder}) already serves sandboxes at {path}; stop it "
-                "first (`synth down`), or give this one its own SYNTH_DATA_DIR"
-            ) from None
-        os.ftruncate(descriptor, 0)
-        os.pwrite(descriptor, f"{os.getpid()}\n".encode(), 0)
-        yield
-    finally:
-        os.close(descriptor)
+def _owned(path: Path) -> AbstractContextManager[None]:
+    """Hold the lock that says which proxy serves sandboxes at `path` (the proxy's forked
+    workers do not inherit it, and it ends with the process)."""
+
+    def taken(holder: str) -> SandboxSocketTakenError:
+        return SandboxSocketTakenError(
+            f"a capture proxy (pid {holder}) already serves sandboxes at {path}; stop it "
+            "first (`synth down`), or give this one its own SYNTH_DATA_DIR"
+        )
+
+    return pid_lock(path.with_name(f"{path.name}.lock"), taken)
 
 
 @contextmanager

@@ -8,9 +8,11 @@ from collections.abc import Callable
 from urllib.parse import urlparse
 
 import uvicorn
+from fastapi import FastAPI
 
 from proxy.app import create_app
 from proxy.config import ProxyConfig
+from proxy.listener_limits import ListenerLimits, limited_protocol
 from proxy.sandbox_listener import sandbox_socket
 from synth_pipelines.config import Settings
 from synth_pipelines.contracts.evidence_chunk import EvidenceChunk
@@ -44,6 +46,17 @@ def proxy_config(
     )
 
 
+def server_config(app: FastAPI, limits: ListenerLimits) -> uvicorn.Config:
+    """uvicorn's settings for the proxy: its listeners held to `limits`."""
+    return uvicorn.Config(
+        app,
+        log_level="warning",
+        timeout_graceful_shutdown=5,
+        http=limited_protocol(limits),
+        timeout_keep_alive=limits.keep_alive_sec,
+    )
+
+
 def serve(
     config: Settings,
     *,
@@ -54,12 +67,7 @@ def serve(
     `report_published` of each published evidence chunk."""
     address = urlparse(config.proxy_url)
     operators = socket.create_server((address.hostname or "127.0.0.1", address.port or 8200))
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(proxy_config(config, workers=workers, report_published=report_published)),
-            log_level="warning",
-            timeout_graceful_shutdown=5,
-        )
-    )
+    app = create_app(proxy_config(config, workers=workers, report_published=report_published))
+    server = uvicorn.Server(server_config(app, ListenerLimits()))
     with operators, sandbox_socket(config.proxy_sandbox_socket) as sandboxes:
         server.run(sockets=[operators, sandboxes])

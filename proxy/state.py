@@ -54,7 +54,12 @@ class ProxyState:
     async def record_fault(self, claims: TokenClaims | None, error: ApiError) -> None:
         """Durably, before the error response goes out: the runtime reads it once the
         harness has ended, which may be as soon as it has this response."""
-        if claims is None or claims.role == "operator" or error.error_type not in PLATFORM_FAULTS:
+        if (
+            claims is None
+            or claims.role == "operator"
+            or error.error_type not in PLATFORM_FAULTS
+            or error.callers_choice
+        ):
             return
         await asyncio.to_thread(
             record_fault,

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from proxy.message_stream import message_stream
+from proxy.sampling_limits import SamplingTurn
 from proxy.state import ProxyState
 from proxy.worker_messages import CallRecord, ErrorResult, Finished, Prepared
 from synth_pipelines.contracts.messages import Message, Usage
@@ -30,8 +31,13 @@ class TinkerCall:
     route: TinkerRoute
     record: CallRecord
     claims: TokenClaims
+    turn: SamplingTurn
+    """The call's place among its token's, charged with what it samples."""
 
     async def complete(self) -> Message:
+        return await self.turn.sampled(self._complete)
+
+    async def _complete(self) -> Message:
         state, metrics = self.state, self.state.metrics
         metrics.in_flight.labels("generation").inc()
         try:

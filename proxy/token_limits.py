@@ -14,7 +14,10 @@ attempt) is held to limits taken from its model's context window:
   with `retry-after`;
 - `COUNTS_IN_FLIGHT` token counts and `PREPARES_IN_FLIGHT` message preparations at a
   time; more wait for their turn (holding a connection, not a worker), so a burst
-  from one token queues behind itself instead of in front of everyone.
+  from one token queues behind itself instead of in front of everyone;
+- what it samples: calls in flight and sampled tokens per second, the plan's limits
+  that the token carries (`sampling_limits.py`), then 429 `rate_limit_error` with
+  `retry-after`.
 
 Limits live in the server process, per token id, for as long as the token is used.
 """
@@ -28,7 +31,9 @@ from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from proxy.sampling_limits import SamplingBudget
 from synth_pipelines.contracts.api_errors import ApiError
+from synth_pipelines.contracts.sampling_limits import SamplingLimits
 from synth_pipelines.contracts.scoped_token import TokenClaims
 from synth_pipelines.rendering.model_registry import ModelRegistry
 
@@ -55,6 +60,7 @@ class Allowance:
         default_factory=lambda: asyncio.Semaphore(PREPARES_IN_FLIGHT)
     )
     spent: deque[tuple[float, int]] = field(default_factory=deque)
+    sampling: SamplingBudget = field(default_factory=SamplingBudget)
     last_used: float = field(default_factory=time.monotonic)
     in_flight: int = 0
 
@@ -115,7 +121,8 @@ class Allowance:
 
     @property
     def idle(self) -> bool:
-        return self.in_flight == 0 and time.monotonic() - self.last_used > WINDOW_SEC
+        quiet = self.in_flight == 0 and time.monotonic() - self.last_used > WINDOW_SEC
+        return quiet and self.sampling.idle
 
 
 class TokenLimits:
@@ -125,8 +132,18 @@ class TokenLimits:
 
     async def allowance(self, claims: TokenClaims) -> Allowance:
         found = self._allowances.get(claims.token_id)
+        if found is not None:
+            return found
+        context = await asyncio.to_thread(self._context, claims.model)
+        # The token's other first calls may have made it while this one looked up the model:
+        # one allowance per token, or a burst of first calls would each get a fresh one.
+        found = self._allowances.get(claims.token_id)
         if found is None:
-            found = Allowance(claims.model, await asyncio.to_thread(self._context, claims.model))
+            found = Allowance(
+                claims.model,
+                context,
+                sampling=SamplingBudget(claims.sampling_limits or SamplingLimits()),
+            )
             if len(self._allowances) >= REMEMBERED_TOKENS:
                 self._forget_idle()
             self._allowances[claims.token_id] = found

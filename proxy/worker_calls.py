@@ -158,6 +158,7 @@ def prepare(call_id: str, body: bytes, scope: CacheScope | None) -> Prepared | E
         stream=request.stream,
         prompt_tokens=rendered.prompt_tokens,
         reused_prefix_tokens=rendered.reused_prefix_tokens,
+        max_tokens=entry.output_tokens(request.max_tokens),
     )
 
 

@@ -32,6 +32,8 @@ class Prepared:
     stream: bool
     prompt_tokens: int
     reused_prefix_tokens: int
+    max_tokens: int
+    """The most the call may sample: its `max_tokens`, capped by the model's output limit."""
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,14 @@ function exactly the settings it means.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from synth_pipelines import state_locations
 from synth_pipelines.state_locations import find_project_root
@@ -26,6 +28,24 @@ from synth_pipelines.state_locations import find_project_root
 
 def _host_cpus() -> int:
     return len(os.sched_getaffinity(0))
+
+
+REGISTRY_HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?")
+
+
+def registry_hosts(value: object) -> object:
+    """`image_registry_hosts` as a variable (or a Harbor `--ek`) spells it, comma-separated,
+    as its items; each must be `host` or `host:port`."""
+    if isinstance(value, str):
+        value = tuple(item.strip() for item in value.split(",") if item.strip())
+    if isinstance(value, (list, tuple)):
+        for entry in value:
+            if not isinstance(entry, str) or not REGISTRY_HOST.fullmatch(entry):
+                raise ValueError(
+                    f"registry host {entry!r} must be a host name, optionally with ':PORT' "
+                    "(e.g. pypi.org or mirror.example.org:8443)"
+                )
+    return value
 
 
 class Settings(BaseSettings):
@@ -90,6 +110,18 @@ class Settings(BaseSettings):
         default="http://deb.debian.org/debian",
         description="The Debian archive the image builder makes bases from (mmdebstrap).",
     )
+    image_registry_hosts: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(
+            "pypi.org",
+            "files.pythonhosted.org",
+            "deb.debian.org",
+            "security.debian.org",
+            "registry.npmjs.org",
+        ),
+        description="The package registries an image build's RUN steps may reach through "
+        "the builder's proxy, comma-separated, each `host` (ports 80 and 443) or "
+        "`host:port`; the Debian mirror's host is always added.",
+    )
     proxy_publish_interval_sec: float = 1.0
     owner: str = "local"
     nightly_dataset: str | None = Field(
@@ -141,6 +173,11 @@ class Settings(BaseSettings):
         description="How long an admission lease outlives its holder's last renewal; the "
         "holder renews it every third of that.",
     )
+
+    @field_validator("image_registry_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: object) -> object:
+        return registry_hosts(value)
 
     @property
     def model_backend_url(self) -> str:

@@ -117,8 +117,14 @@ def new_claims(scope: AttemptScope, *, ttl_sec: int) -> TokenClaims:
     )
 
 
+OPTIONAL_CLAIMS = frozenset({"sampling_limits"})
+"""Claims added since tokens were first signed: left out of a token while unset, so that one
+without them reads exactly as a token always read (an older proxy verifies it too)."""
+
+
 def sign_claims(key: bytes, claims: TokenClaims) -> str:
-    body = _b64(claims.model_dump_json().encode())
+    unset = {name for name in OPTIONAL_CLAIMS if getattr(claims, name) is None}
+    body = _b64(claims.model_dump_json(exclude=unset).encode())
     signature = _b64(hmac.new(key, body.encode(), hashlib.sha256).digest())
     return f"{PREFIX}{body}.{signature}"
 

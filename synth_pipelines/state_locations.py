@@ -1,13 +1,28 @@
-"""Where the platform's state lives by default: plain functions of the configured values.
+"""Where the platform's state lives by default: plain functions of the configured values,
+and how it is kept to its owner.
 
 The settings (`config.py`) derive their locations with these, and so does the start-up
 path of `synth run show --json` (`cli/run_show_fast.py`), which answers before pydantic
 is loaded: one definition, so both always look in the same place.
+
+The state directory holds the control database, the objects, the evidence spool, the
+signing key and the services' logs: nothing in it is for another user of the host. Its
+own mode (0700) closes all of it whatever the modes below, and the processes that write
+it create owner-only files besides (`OWNER_ONLY_UMASK`, set where they start: the `synth`
+executable and the services it supervises). A sandbox never walks a host path below it:
+the controller, as root, attaches what a sandbox sees (`sandbox/attach.py`, overlays
+under `/run/synth-overlays`), so closing it costs the sandboxes nothing.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+OWNER_ONLY_UMASK = 0o077
+"""What a process that writes platform state creates files with: directories 0700, files
+0600 (Python's, SQLite's and the services' defaults, under this mask)."""
+PRIVATE_DIRECTORY_MODE = 0o700
 
 
 def find_project_root() -> Path:
@@ -32,3 +47,15 @@ def control_database_url(database_url: str | None, state: Path) -> str:
 
 def objects_url(object_store_url: str | None, state: Path) -> str:
     return object_store_url or f"file://{state / 'objects'}"
+
+
+def keep_private(directory: Path) -> None:
+    """Make `directory` (the state directory, a Dagster home) its owner's alone: made 0700
+    when missing, and closed to 0700 when other users may enter it, as one made before
+    this was. A passage its owner gave one group (the production deployment's database
+    server, `services/production.py`) stays; another user's directory is its owner's to
+    close."""
+    directory.mkdir(mode=PRIVATE_DIRECTORY_MODE, parents=True, exist_ok=True)
+    found = directory.stat()
+    if found.st_mode & 0o007 and found.st_uid == os.geteuid():
+        directory.chmod(PRIVATE_DIRECTORY_MODE)

@@ -19,6 +19,7 @@ from proxy.app import create_app
 from proxy.config import ProxyConfig
 from proxy.sandbox_listener import sandbox_socket
 from synth_pipelines.config import Settings
+from synth_pipelines.contracts.sampling_limits import SamplingLimits
 from synth_pipelines.contracts.scoped_token import AttemptScope
 from synth_pipelines.credentials import load_signing_key, mint_token
 from synth_pipelines.rendering.model_registry import ModelRegistry
@@ -65,6 +66,7 @@ class Proxy:
         ttl: int = 600,
         sampling_seed: int | None = None,
         sampling_temperature: float | None = None,
+        sampling_limits: SamplingLimits | None = None,
     ) -> str:
         return mint_token(
             load_signing_key(self.config.signing_key_path),
@@ -78,6 +80,7 @@ class Proxy:
                 trial_id=trial,
                 sampling_seed=sampling_seed,
                 sampling_temperature=sampling_temperature,
+                sampling_limits=sampling_limits,
             ),
             ttl_sec=ttl,
         )
@@ -126,9 +129,10 @@ def capture_proxy(
     workers: int = 1,
     backend_timeout_sec: float = 600.0,
     registry: ModelRegistry | None = None,
+    generation_limit: int = ProxyConfig.generation_limit,
 ) -> Iterator[Proxy]:
     """`registry`: the models the proxy serves (their context windows bound prompt fitting);
-    None: the default registry."""
+    None: the default registry. `generation_limit`: calls sampling at once, all tokens'."""
     config = Settings()
     proxy_config = ProxyConfig(
         state_dir=config.state_dir,
@@ -142,6 +146,7 @@ def capture_proxy(
         publish_interval_sec=0.2,
         backend_timeout_sec=backend_timeout_sec,
         registry=registry if registry is not None else ModelRegistry(),
+        generation_limit=generation_limit,
     )
     with (
         sandbox_socket(config.proxy_sandbox_socket) as sandboxes,

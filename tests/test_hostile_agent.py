@@ -513,7 +513,7 @@ def test_disk_exhaustion_fails_with_enospc_on_the_sandbox_storage_filesystem(hos
 def test_host_sysctls_refuse_even_their_current_value(hostile):
     """Root inside is an unprivileged host uid, and /proc/sys is read-only: writing
     `|cmd` to kernel.core_pattern, then crashing, used to run cmd as host root."""
-    assert hostile.report["uid_map"][:3] == ["0", str(HOST_ID_BASE), "65536"]
+    assert hostile.report["uid_map"][:3] == ["0", str(HOST_ID_BASE), "65535"]
     for name, result in hostile.report["sysctls"].items():
         assert result.startswith("OSError: Read-only file system"), (name, result)
 

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from synth_pipelines.agents.session import AttemptIdentity
+from synth_pipelines.contracts.sampling_limits import SamplingLimits
 from synth_pipelines.contracts.scoped_token import AttemptScope
 from synth_pipelines.credentials import (
     TokenInvalidError,
@@ -105,6 +106,22 @@ def test_an_attempts_token_grants_its_scope_and_nothing_the_runtime_adds(tmp_pat
         7,
     )
     assert AttemptIdentity.model_validate(identity.model_dump()).in_trial(None).trial_id is None
+
+
+def test_a_token_carries_its_plans_sampling_limits_only_when_given(tmp_path):
+    """An attempt's token carries its plan's limits to the proxy; a token without them is
+    written as tokens always were (the wire format above), and read with the defaults."""
+    key = load_signing_key(tmp_path / "key")
+    limits = SamplingLimits(concurrent_calls=2, sampled_tokens_per_sec=10)
+    limited = mint_token(key, SCOPE.model_copy(update={"sampling_limits": limits}), ttl_sec=60)
+    assert json.loads(_claims_json(limited))["sampling_limits"] == {
+        "concurrent_calls": 2,
+        "sampled_tokens_per_sec": 10.0,
+    }
+    assert verify_token(key, limited).sampling_limits == limits
+    plain = mint_token(key, SCOPE, ttl_sec=60)
+    assert "sampling_limits" not in json.loads(_claims_json(plain))
+    assert verify_token(key, plain).sampling_limits is None
 
 
 def test_a_token_signed_before_still_verifies(tmp_path):

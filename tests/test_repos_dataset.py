@@ -4,6 +4,7 @@ project's own tests and doing nothing passes none."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -42,3 +43,15 @@ def test_oracle_fixes_the_task_and_doing_nothing_does_not(tmp_path, name):
     assert untouched.exception_info is None, untouched.exception_info
     assert untouched.verifier_result is not None
     assert untouched.verifier_result.rewards == {"reward": 0.0}
+    # The grader's reasons: the bug fails exactly as many tests as the task names
+    # fail-to-pass, and the fix passes every one (`tests/grade_junit_report.py`).
+    expected = json.loads((task / "tests" / "expected_outcomes.json").read_text())
+    fixed_line = grading(tmp_path / "oracle", fixed.trial_name)
+    assert fixed_line.startswith("reward 1: ")
+    assert f"({expected['passing_tests']} passed, 0 failed, 0 errors" in fixed_line
+    failed = f"reward 0: {len(expected['fail_to_pass'])} failed and 0 errors: "
+    assert grading(tmp_path / "nop", untouched.trial_name).startswith(failed)
+
+
+def grading(trials_dir: Path, trial_name: str) -> str:
+    return (trials_dir / trial_name / "verifier" / "grading.txt").read_text()

@@ -12,6 +12,7 @@ from sandbox_support import isolated_state, make_environment, make_task, require
 
 from synth_pipelines.config import Settings
 from synth_pipelines.sandbox.bases import KNOWN_BASES
+from synth_pipelines.sandbox.build_bounds import BuildLimits
 from synth_pipelines.sandbox.dockerfile import read_dockerfile
 from synth_pipelines.sandbox.errors import ImageBuildError, UnsupportedTaskError
 from synth_pipelines.sandbox.image_build import ImageBuilder, step_key
@@ -35,19 +36,13 @@ def image_task(root: Path, steps: str, name: str = "image-probe") -> Path:
     return make_task(root, name, dockerfile=dockerfile)
 
 
-def builder(**overrides) -> ImageBuilder:
-    config = Settings()
-    options = dict(
-        mirror=config.debian_mirror,
-        step_timeout_sec=config.image_step_timeout_sec,
-        cache_bytes=config.image_cache_mb << 20,
-    )
-    return ImageBuilder(config.images_dir, **(options | overrides))
+def builder() -> ImageBuilder:
+    return ImageBuilder.configured(Settings())
 
 
 def build(task: Path, image_builder: ImageBuilder):
     recipe = make_environment(task, task.parent / f"trial-{secrets.token_hex(2)}").recipe
-    return image_builder.build(recipe, task / "environment", task=task.name)
+    return image_builder.build(recipe, task / "environment", task=task.name, limits=BuildLimits())
 
 
 def run_in(environment, *commands: str, user: str | None = None) -> list[str]:

@@ -12,6 +12,7 @@ from sandbox_support import isolated_state, make_environment, make_task
 
 from synth_pipelines.sandbox.errors import SandboxUserError
 from synth_pipelines.sandbox.filesystem import PROC_READ_ONLY
+from synth_pipelines.sandbox.namespace_owner import OWNER_ID_BASE, SLOT_COUNT
 from synth_pipelines.sandbox.userns import HOST_ID_BASE, SETUP_ID
 
 
@@ -108,8 +109,8 @@ def sandbox_processes(environment) -> list[str]:
 
 
 def test_ids_inside_are_unprivileged_host_ids(tmp_path):
-    """Root inside is host uid HOST_ID_BASE, a user inside HOST_ID_BASE + its uid, and
-    every process inside, the init too, runs as one of the sandbox's ids."""
+    """Root inside is host uid HOST_ID_BASE, a user inside HOST_ID_BASE + its uid, the
+    init the sandbox's own owner id, and every process inside runs as one of them."""
     environment = make_environment(make_task(tmp_path), tmp_path / "trial")
 
     async def go():
@@ -129,9 +130,14 @@ def test_ids_inside_are_unprivileged_host_ids(tmp_path):
             await environment.stop(delete=True)
 
     mapping, uids = asyncio.run(go())
-    assert mapping.stdout.split() == ["0", str(HOST_ID_BASE), "65536"] * 2
-    assert {HOST_ID_BASE, HOST_ID_BASE + 4321, HOST_ID_BASE + SETUP_ID} <= set(uids), uids
-    assert all(HOST_ID_BASE <= uid < HOST_ID_BASE + 65536 for uid in uids), uids
+    shared, own = ["0", str(HOST_ID_BASE), str(SETUP_ID)], [str(SETUP_ID), "1"]
+    fields = mapping.stdout.split()
+    assert fields[:3] == shared and [fields[3], fields[5]] == own, fields
+    owner = int(fields[4])
+    assert fields == [*shared, str(SETUP_ID), str(owner), "1"] * 2, fields
+    assert OWNER_ID_BASE <= owner < OWNER_ID_BASE + SLOT_COUNT, owner
+    assert {HOST_ID_BASE, HOST_ID_BASE + 4321, owner} <= set(uids), uids
+    assert all(HOST_ID_BASE <= uid < HOST_ID_BASE + SETUP_ID or uid == owner for uid in uids), uids
 
 
 def test_files_inside_belong_to_the_sandbox_ids_on_the_host(tmp_path):

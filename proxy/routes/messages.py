@@ -11,15 +11,19 @@ from __future__ import annotations
 import functools
 import time
 import uuid
+from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
-from proxy.auth import Authenticated
+from proxy.auth import Authenticated, Caller
 from proxy.openapi import error_responses, json_request_body
 from proxy.request_body import json_body
+from proxy.sampling_limits import SamplingTurn
 from proxy.state import ProxyState, State
 from proxy.tinker_call import TinkerCall
+from proxy.token_limits import Allowance
 from proxy.worker_messages import CallRecord, ErrorResult, Prepared
 from synth_pipelines.contracts.api_errors import ApiError
 from synth_pipelines.contracts.call_identity import CallIdentity
@@ -75,8 +79,46 @@ async def count_tokens(request: Request, who: Authenticated, state: State) -> JS
 )
 async def messages(request: Request, who: Authenticated, state: State) -> Response:
     received = time.monotonic()
+    allowance = await state.limits.allowance(who.claims)
+    # Refused here, before the body is read, while the token has no place free.
+    turn = allowance.sampling.admit()
+    try:
+        response = await _answer(request, who, state, allowance, turn, received)
+    except BaseException:
+        turn.release()
+        raise
+    if not isinstance(response, _TurnStream):
+        turn.release()
+    return response
+
+
+class _TurnStream(StreamingResponse):
+    """A streamed answer that gives its call's place back once it has been sent, however
+    sending it ends (a client that leaves mid-stream included)."""
+
+    def __init__(self, events: AsyncIterator[bytes], turn: SamplingTurn) -> None:
+        super().__init__(events, media_type="text/event-stream", headers=_STREAM_HEADERS)
+        self._turn = turn
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._turn.release()
+
+
+_STREAM_HEADERS = {"cache-control": "no-cache"}
+
+
+async def _answer(
+    request: Request,
+    who: Caller,
+    state: ProxyState,
+    allowance: Allowance,
+    turn: SamplingTurn,
+    received: float,
+) -> Response:
     claims = who.claims
-    allowance = await state.limits.allowance(claims)
     call_id = uuid.uuid4().hex
     identity = _identity(call_id, claims, request)
     scope = CacheScope(
@@ -96,6 +138,7 @@ async def messages(request: Request, who: Authenticated, state: State) -> Respon
     if isinstance(prepared, ErrorResult):
         state.metrics.requests.labels("messages", prepared.error_type).inc()
         raise prepared.exception()
+    turn.max_tokens = prepared.max_tokens
     try:
         who.check_model(prepared.model)
         entry = state.registry.get(prepared.model)
@@ -113,12 +156,12 @@ async def messages(request: Request, who: Authenticated, state: State) -> Respon
     if not isinstance(entry.backend, TinkerRoute):
         # The worker rendered the prompt only to count it; the route answers text.
         state.workers.abandon(worker, call_id)
-        return await _inference_response(state, call_id, entry, body, prepared, record, claims)
-    call = TinkerCall(state, worker, call_id, prepared, entry.backend, record, claims)
-    if prepared.stream:
-        return StreamingResponse(
-            call.stream(), media_type="text/event-stream", headers={"cache-control": "no-cache"}
+        return await _inference_response(
+            state, call_id, entry, body, prepared, record, claims, turn
         )
+    call = TinkerCall(state, worker, call_id, prepared, entry.backend, record, claims, turn)
+    if prepared.stream:
+        return _TurnStream(call.stream(), turn)
     message = await call.complete()
     return JSONResponse(message.model_dump(exclude_none=True))
 
@@ -150,15 +193,15 @@ async def _inference_response(
     prepared: Prepared,
     record: CallRecord,
     claims: TokenClaims,
+    turn: SamplingTurn,
 ) -> Response:
+    answer = functools.partial(
+        turn.sampled, functools.partial(state.inference.complete, call_id, entry, body, record)
+    )
     if prepared.stream:
         on_error = functools.partial(state.record_stream_error, claims)
-        events = state.inference.stream(
-            call_id, entry, body, record, prepared.prompt_tokens, on_error
-        )
-        return StreamingResponse(
-            events, media_type="text/event-stream", headers={"cache-control": "no-cache"}
-        )
-    message = await state.inference.complete(call_id, entry, body, record)
+        events = state.inference.stream(call_id, entry, prepared.prompt_tokens, answer, on_error)
+        return _TurnStream(events, turn)
+    message = await answer()
     state.metrics.requests.labels("messages", "ok").inc()
     return JSONResponse(message.model_dump(exclude_none=True))

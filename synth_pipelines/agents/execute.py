@@ -41,6 +41,9 @@ async def _write_files(environment: BaseEnvironment, launch: Launch) -> None:
         for number, supplied in enumerate(launch.files):
             source = Path(scratch) / str(number)
             source.write_text(supplied.content)
+            # An upload keeps the host file's mode, and this process's umask is owner-only
+            # (`state_locations.py`): the agent may run as another user than root inside.
+            source.chmod(0o644)
             await environment.upload_file(source, supplied.path)
             if supplied.executable:
                 await environment.exec(f"chmod +x {shlex.quote(supplied.path)}", user="root")

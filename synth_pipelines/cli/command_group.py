@@ -1,5 +1,6 @@
 """The root command group: the settings read once for the invoked command (its context's
-`obj`), and failures of the control path reported as one line, not a traceback.
+`obj`), the state directory kept its owner's (`state_locations.keep_private`), and failures
+of the control path reported as one line, not a traceback.
 
 Any command may open the control database first thing; in production that is PostgreSQL
 with password authentication, so a missing or wrong password, or a server that is down,
@@ -17,6 +18,7 @@ from typer.core import TyperGroup
 from synth_pipelines.cli.lazy_commands import CommandSource, LazyCommand
 from synth_pipelines.cli.output import fail
 from synth_pipelines.config import Settings, settings
+from synth_pipelines.state_locations import keep_private
 
 if TYPE_CHECKING:
     from typer._click import Command, Context
@@ -64,6 +66,13 @@ class SynthGroup(TyperGroup):
         # Every command's context inherits this `obj`: the command reads it (`ctx.obj`)
         # instead of the environment.
         ctx.obj = config = settings()
+        try:
+            keep_private(config.state_dir)
+        except OSError as error:
+            fail(
+                f"cannot keep the state directory {config.state_dir} to its owner: "
+                f"{error.strerror}; set SYNTH_DATA_DIR to a directory this user may write"
+            )
         try:
             return super().invoke(ctx)
         except Exception as error:

@@ -10,15 +10,25 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from harbor.models.task.task import Task
 from rich.table import Table
 
 from synth_pipelines.cli.output import JSON_OPTION, UserError, console, emit, errors, user_errors
 from synth_pipelines.config import Settings
 from synth_pipelines.sandbox.bases import BASE_ENV, KNOWN_BASES, BaseImages
+from synth_pipelines.sandbox.build_bounds import BuildLimits
 from synth_pipelines.sandbox.dockerfile import read_dockerfile
-from synth_pipelines.sandbox.errors import ImageBuildError, SandboxStartError, UnsupportedTaskError
+from synth_pipelines.sandbox.errors import (
+    ImageBuildError,
+    MemoryLimitExceededError,
+    SandboxStartError,
+    TaskDefinitionError,
+    UnsupportedTaskError,
+)
 from synth_pipelines.sandbox.image_build import ImageBuilder, Progress
 from synth_pipelines.sandbox.layers import KEY_LENGTH, Layer, LayerStore
+from synth_pipelines.sandbox.limits import ResourceLimits
+from synth_pipelines.sandbox.options import DEFAULT_PIDS_MAX
 
 image_app = typer.Typer(
     help="Inspect, build and prune the images tasks' Dockerfiles are built into.",
@@ -116,6 +126,16 @@ def _task_dirs(path: Path) -> list[Path]:
     return found
 
 
+def _task_limits(task_dir: Path) -> BuildLimits:
+    """The limits the task's attempts have (task.toml's `[environment]`, the sandbox's
+    default pids bound), which its build steps run within too."""
+    declared = Task(task_dir).config.environment
+    resources = ResourceLimits(
+        memory_mb=declared.memory_mb, cpus=declared.cpus, pids=DEFAULT_PIDS_MAX
+    )
+    return BuildLimits(resources, declared.storage_mb)
+
+
 async def _build(task_dir: Path, builder: ImageBuilder) -> dict[str, Any]:
     dockerfile = task_dir / "environment" / "Dockerfile"
     if not dockerfile.is_file():
@@ -127,7 +147,9 @@ async def _build(task_dir: Path, builder: ImageBuilder) -> dict[str, Any]:
             "host's system, without an image"
         )
     started = time.monotonic()
-    image = await builder.build(recipe, dockerfile.parent, task=task_dir.name)
+    image = await builder.build(
+        recipe, dockerfile.parent, task=task_dir.name, limits=_task_limits(task_dir)
+    )
     return {
         "task": task_dir.name,
         "base": image.base,
@@ -152,7 +174,14 @@ def build(
     def progress(task: str) -> Progress:
         return lambda line: errors.print(f"[dim]{task}: {line}[/]", highlight=False, soft_wrap=True)
 
-    with user_errors(UnsupportedTaskError, ImageBuildError, SandboxStartError, OSError):
+    with user_errors(
+        UnsupportedTaskError,
+        TaskDefinitionError,
+        MemoryLimitExceededError,
+        ImageBuildError,
+        SandboxStartError,
+        OSError,
+    ):
         if not path.is_dir():
             raise UserError(f"{path} is not a directory")
         built = []

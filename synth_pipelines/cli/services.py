@@ -20,6 +20,7 @@ from synth_pipelines.cli.output import (
     user_errors,
 )
 from synth_pipelines.config import Settings, settings
+from synth_pipelines.state_locations import keep_private
 
 if TYPE_CHECKING:
     from synth_pipelines.services.supervisor import Service
@@ -54,12 +55,14 @@ def _started_row(config: Settings, service: Service, pid: int, started: bool) ->
 def _start_all(
     config: Settings, services: list[Service], say: Callable[[str], None] | None = None
 ) -> list[dict[str, Any]]:
-    from synth_pipelines.services.supervisor import ServiceStartError, start
+    from synth_pipelines.services.supervisor import ServiceBusyError, ServiceStartError, start
 
     rows = []
     for service in services:
         try:
             pid, started = start(config.state_dir, service, cwd=config.project_root)
+        except ServiceBusyError as error:
+            fail(str(error))
         except ServiceStartError as error:
             fail(str(error), code=1)
         if say is not None:
@@ -92,7 +95,9 @@ def up(
     from resources.dagster_instance import create_dagster_storage
     from synth_pipelines.services.embedded import embedded_services, write_code_server_workspace
 
-    config.dagster_home.mkdir(parents=True, exist_ok=True)
+    # The Dagster home holds Dagster's storage (runs, their configuration, event and
+    # compute logs): its owner's alone, as the state directory is.
+    keep_private(config.dagster_home)
     create_dagster_storage(str(config.dagster_home))
     write_code_server_workspace(config)
     rows = _start_all(config, embedded_services(config))
@@ -156,6 +161,7 @@ def _up_production(operator: Settings, as_json: bool) -> None:
             operator.pool_max_active_attempts,
         )
         config = _production_settings(values)
+        production.let_postgres_pass(layout, values)
         if production.initialize_postgres(layout, values):
             say(f"database cluster made in {layout.postgres_data}")
         rows = _start_all(config, production.server_services(layout, values), say)
@@ -195,7 +201,7 @@ def down(
     """Stop the embedded services (--production: the production-shaped deployment, whose
     data stays for the next `synth up --production`)."""
     from synth_pipelines.services.embedded import embedded_services
-    from synth_pipelines.services.supervisor import stop
+    from synth_pipelines.services.supervisor import ServiceBusyError, stop
 
     config: Settings = ctx.obj
     if production:
@@ -213,10 +219,11 @@ def down(
         services = [*server_services(layout, values), *_production_services(config, values)]
     else:
         services = embedded_services(config)
-    rows = [
-        {"service": service.name, "stopped": stop(config.state_dir, service)}
-        for service in reversed(services)
-    ]
+    with user_errors(ServiceBusyError):
+        rows = [
+            {"service": service.name, "stopped": stop(config.state_dir, service)}
+            for service in reversed(services)
+        ]
 
     def render() -> None:
         for row in rows:

@@ -48,13 +48,21 @@ class ApiError(Exception):
     """A request the proxy refuses, carried up to the HTTP layer as Anthropic's error body."""
 
     def __init__(
-        self, error_type: ErrorType, message: str, *, headers: dict[str, str] | None = None
+        self,
+        error_type: ErrorType,
+        message: str,
+        *,
+        headers: dict[str, str] | None = None,
+        callers_choice: bool = False,
     ) -> None:
         super().__init__(message)
         self.error_type: ErrorType = error_type
         self.message = message
         self.headers = headers or {}
         """Response headers that go with the refusal (`retry-after` for a 429)."""
+        self.callers_choice = callers_choice
+        """The refusal of something only the caller chose to ask for (a model outside its
+        token's scope): never a platform fault, whatever its status."""
 
     @property
     def status_code(self) -> int:

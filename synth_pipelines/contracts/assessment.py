@@ -24,6 +24,8 @@ class Assessment(TableRow):
     """Why an invalid assessment is not an outcome: 'platform' (the platform failed the
     attempt) or 'task' (its task or verifier produced no reward)."""
     reason: str | None
+    """Why an invalid assessment is not an outcome; on a valid one, why its reward is 0
+    without the verifier's verdict (the agent's doing kept the verifier from one)."""
     rationale: str | None
     assessed_at: datetime
 

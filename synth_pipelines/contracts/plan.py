@@ -8,6 +8,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from synth_pipelines.contracts.sampling_limits import SamplingLimits
+
 HARBOR_PROVIDERS = ("docker", "daytona", "modal", "e2b", "runloop", "podman")
 
 
@@ -74,6 +76,12 @@ class ExecutionSettings(StrictModel):
         le=2,
         description="the actor's sampling temperature: every model call of the actor samples "
         "at it, whatever its harness asks (None: as the harness asks)",
+    )
+    sampling_limits: SamplingLimits = Field(
+        default_factory=SamplingLimits,
+        description="what each attempt's actor may sample through the capture proxy at once "
+        "and per second; beyond it the proxy answers 429 with retry-after, so no attempt "
+        "slows the others' calls",
     )
 
 

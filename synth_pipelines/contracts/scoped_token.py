@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from synth_pipelines.contracts.sampling_limits import SamplingLimits
+
 
 class AttemptScope(BaseModel):
     """What a token grants: sampling one model for one attempt of a run, as its owner and in
@@ -26,6 +28,11 @@ class AttemptScope(BaseModel):
     )
     sampling_temperature: float | None = Field(
         default=None, description="the run's temperature; it replaces the harness's own"
+    )
+    sampling_limits: SamplingLimits | None = Field(
+        default=None,
+        description="the plan's limits on what the attempt samples at once and per second "
+        "(None: the proxy holds the token to the defaults)",
     )
 
 

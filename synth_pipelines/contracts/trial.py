@@ -27,7 +27,9 @@ class TrialOutcome(TableRow):
     exception_message: str | None
     error_class: str | None
     """None: the attempt is assessed (or, unscored, completed); 'platform' or 'task': it is
-    not, for `error_reason` (`contracts/outcome_classes.py`)."""
+    not, for `error_reason` (`contracts/outcome_classes.py`). An assessed attempt has an
+    `error_reason` too when its own doing kept its verifier from producing a reward (then
+    its reward is 0)."""
     error_reason: str | None
     trial_key: str
     trial_sha256: str

@@ -110,6 +110,7 @@ def materialize_task(store: ObjectStore, ref: TaskRef, cache_dir: Path) -> Path:
         with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
             tar.extractall(staging, filter="data")
         (task_dir,) = [path for path in staging.iterdir() if path.is_dir()]
+        _open_directories(task_dir)
         actual, _ = Packager.compute_content_hash(task_dir)
         if f"sha256:{actual}" != ref.digest:
             raise ValueError(
@@ -125,6 +126,19 @@ def materialize_task(store: ObjectStore, ref: TaskRef, cache_dir: Path) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return next(path for path in home.iterdir() if path.is_dir())
+
+
+def _open_directories(task_dir: Path) -> None:
+    """A package lists files only (0644 or 0755): its directories are 0755 as a checkout
+    has them, not whatever the extracting process's umask gives (the platform's is
+    owner-only), since they are copied into sandboxes whose task users must enter them.
+    The cache around them stays its owner's (the staging directory is 0700)."""
+    task_dir.chmod(0o755)
+    for directory, subdirectories, _ in os.walk(task_dir):
+        for name in subdirectories:
+            path = Path(directory, name)
+            if not path.is_symlink():
+                path.chmod(0o755)
 
 
 def package_sha256(package: TaskPackage) -> str:

@@ -23,7 +23,7 @@ from synth_pipelines.agents.platform_access import PlatformAccess
 from synth_pipelines.agents.session import AttemptIdentity
 from synth_pipelines.config import Settings
 from synth_pipelines.contracts.dataset import TaskRef
-from synth_pipelines.contracts.outcome_classes import classify
+from synth_pipelines.contracts.outcome_classes import AGENT_CAUSED_REWARD, classify
 from synth_pipelines.contracts.plan import ExecutionSettings
 from synth_pipelines.contracts.profile import PinnedProfile, Profile
 from synth_pipelines.contracts.trial import TrialOutcome
@@ -126,6 +126,7 @@ def agent_config(
         role=actor.profile.role,
         sampling_seed=settings.seed,
         sampling_temperature=settings.temperature,
+        sampling_limits=settings.sampling_limits,
     )
     return AgentConfig(
         import_path=PROFILE_AGENT,
@@ -217,6 +218,13 @@ def attempt_identity(attempt: AttemptContext, actor: Actor) -> dict[str, object]
     }
 
 
+def agent_started(result: TrialResult) -> bool:
+    """Whether the trial's agent phase began (of any step): from then on the sandbox
+    holds what the agent did."""
+    phases = [result.agent_execution, *(step.agent_execution for step in result.step_results or [])]
+    return any(phase is not None and phase.started_at is not None for phase in phases)
+
+
 def outcome_from_result(
     attempt: AttemptContext,
     actor: Actor,
@@ -229,12 +237,16 @@ def outcome_from_result(
 ) -> TrialOutcome:
     rewards = result.verifier_result.rewards if result.verifier_result else None
     error = result.exception_info
-    error_class, error_reason = classify(
+    ending = classify(
         error.exception_type if error else None,
         error.exception_message if error else None,
         verified=verified,
         reward_found=rewards is not None,
+        agent_started=agent_started(result),
     )
+    if ending.agent_caused:
+        rewards = {"reward": AGENT_CAUSED_REWARD}
+    error_class, error_reason = ending.error_class, ending.reason
     return TrialOutcome(
         **attempt_identity(attempt, actor),
         trial_name=result.trial_name,
@@ -273,9 +285,10 @@ def unprepared_outcome(
         store, trial_dir, f"runs/{attempt.run_id}/trials/{attempt.attempt_id}/{trial_id}.tar.gz"
     )
     shutil.rmtree(trial_dir, ignore_errors=True)
-    error_class, error_reason = classify(
-        type(error).__name__, message, verified=False, reward_found=False
+    ending = classify(
+        type(error).__name__, message, verified=False, reward_found=False, agent_started=False
     )
+    error_class, error_reason = ending.error_class, ending.reason
     return TrialOutcome(
         **attempt_identity(attempt, actor),
         trial_name=attempt.attempt_id,

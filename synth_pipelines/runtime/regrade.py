@@ -135,18 +135,23 @@ async def _regrade_one(
     shutil.rmtree(workspace, ignore_errors=True)
     rewards = result.verifier_result.rewards if result.verifier_result else None
     error = result.exception_info
+    # A regrade runs no agent, and its trial cannot tell a verifier the retained work
+    # stopped from one its task broke: its exclusions are this assessor's (with their
+    # reason), and the attempt's own outcome stands as it was.
+    ending = classify(
+        error.exception_type if error else None,
+        error.exception_message if error else None,
+        verified=True,
+        reward_found=rewards is not None,
+        agent_started=False,
+    )
     return assessment(
         outcome,
         Assessor.of(judge),
         assessment_id=f"{outcome.attempt_id}.{regrade_id}",
         rewards_json=json.dumps(rewards, sort_keys=True) if rewards is not None else None,
         rationale=rationale,
-        error=classify(
-            error.exception_type if error else None,
-            error.exception_message if error else None,
-            verified=True,
-            reward_found=rewards is not None,
-        ),
+        error=(ending.error_class, ending.reason),
         assessed_at=datetime.now(UTC),
     )
 

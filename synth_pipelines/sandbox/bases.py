@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from synth_pipelines.sandbox.errors import SandboxStartError, UnsupportedTaskError
+from synth_pipelines.sandbox.launcher import COMMAND_UMASK
 from synth_pipelines.sandbox.layers import Layer, LayerStore
 from synth_pipelines.sandbox.userns import host_id
 
@@ -52,7 +53,7 @@ _HOOKS = (
     # A Docker image's apt keeps no downloaded packages; the same file as Docker's.
     "printf '%s\\n' 'DPkg::Post-Invoke { \"rm -f /var/cache/apt/archives/*.deb || true\"; };' "
     '> "$1/etc/apt/apt.conf.d/docker-clean"',
-    # Mount targets: a build step binds the host's resolver over the first.
+    # No resolver: a build step reaches the registries by name, through its proxy.
     ': > "$1/etc/resolv.conf"',
     "printf '127.0.0.1 localhost\\n::1 localhost ip6-localhost ip6-loopback\\n' > \"$1/etc/hosts\"",
     'echo sandbox > "$1/etc/hostname"',
@@ -183,6 +184,9 @@ class BaseImages:
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
+                # The base's files are the image's, for its every user: a container's
+                # umask, not the controller's owner-only one.
+                umask=COMMAND_UMASK,
             )
         except FileNotFoundError:
             raise SandboxStartError(

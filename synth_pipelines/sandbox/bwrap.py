@@ -18,8 +18,9 @@ import asyncio
 import itertools
 import re
 import secrets
+import shlex
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from harbor.environments.base import BaseEnvironment, ExecResult
@@ -38,6 +39,7 @@ from harbor.models.trial.config import ResourceMode
 from harbor.models.trial.paths import EnvironmentPaths
 
 from synth_pipelines.sandbox.attach import attach
+from synth_pipelines.sandbox.build_bounds import BuildLimits
 from synth_pipelines.sandbox.dockerfile import DockerfileRecipe, read_dockerfile
 from synth_pipelines.sandbox.errors import (
     SandboxCleanupError,
@@ -48,6 +50,7 @@ from synth_pipelines.sandbox.errors import (
 )
 from synth_pipelines.sandbox.execution import run_in_leaf
 from synth_pipelines.sandbox.host_root import HostRoot, check_host_recipe
+from synth_pipelines.sandbox.identity import FILE_ROOT, Identity
 from synth_pipelines.sandbox.image_build import Image
 from synth_pipelines.sandbox.image_root import ImageRoot, image_recipe
 from synth_pipelines.sandbox.leases import SandboxLease, reclaim_orphans_once
@@ -69,6 +72,11 @@ from synth_pipelines.sandbox.storage import (
     can_mount_sized_filesystem,
 )
 from synth_pipelines.sandbox.transfers import Transfers
+from synth_pipelines.sandbox.verification_reset import (
+    SCRATCH_DIRS,
+    VERIFIER_HOMES,
+    verifier_home_dir,
+)
 
 
 class BwrapEnvironment(BaseEnvironment):
@@ -86,6 +94,9 @@ class BwrapEnvironment(BaseEnvironment):
         self._storage: SizedFilesystem | None = None
         self._lease: SandboxLease | None = None
         self._exec_numbers = itertools.count(1)
+        self._verifying = False
+        self._verifications = 0
+        self._verifier_homes: dict[int, str] = {}
         self._hierarchy = detect_hierarchy()
         super().__init__(*args, **kwargs)
 
@@ -156,6 +167,7 @@ class BwrapEnvironment(BaseEnvironment):
                 paths=paths,
                 bundled_tests=bundled_tests,
                 cache=self.options,
+                limits=BuildLimits(self.limits, self._effective_storage_mb),
                 run=self._run_inside,
                 transfers=self._transfers,
                 logger=self.logger,
@@ -288,18 +300,81 @@ class BwrapEnvironment(BaseEnvironment):
 
     async def end_agent_phase(self) -> None:
         """Hand the environment from the agent to a verifier that runs in it (Harbor's
-        shared mode; `verification.py` calls this): every process the agent left is
-        killed, and `/logs/verifier` is emptied, so that the reward files there can only
-        be the verifier's own."""
+        shared mode; `verification.py` calls this and says what is reset and why):
+        every process the agent left is killed; `/logs/verifier`, `/tests` and the
+        scratch directories are emptied by root over the sandbox's files, which no mode
+        the agent set can stop; and from now on every command's HOME is a fresh one that
+        holds the image's home, not the agent's (`_verifier_home`)."""
         init = self._running_init()
         await asyncio.to_thread(init.kill_all_but_init)
-        verifier_dir = EnvironmentPaths.for_os(self.os).verifier_dir
-        emptied = await self.exec(self._empty_dirs_command([verifier_dir]), user="root")
+        paths = EnvironmentPaths.for_os(self.os)
+        # Bundled tests were laid in /tests at the start, and Harbor will not upload
+        # them again; otherwise Harbor uploads the tests into an emptied /tests.
+        emptied_dirs = [paths.verifier_dir]
+        if self._enable_environment_dir_upload:
+            emptied_dirs.append(paths.tests_dir)
+        command = " && ".join(
+            [
+                self._empty_dirs_command(emptied_dirs),
+                *(_emptied_scratch(directory) for directory in SCRATCH_DIRS),
+            ]
+        )
+        emptied = await self._as_file_root(init, command)
         if emptied.return_code != 0:
             raise SandboxPathError(
-                f"could not empty {verifier_dir} in sandbox {self.session_id} before its "
-                f"verifier (exit {emptied.return_code}): {emptied.stderr or emptied.stdout}"
+                f"could not reset sandbox {self.session_id} for its verifier "
+                f"(exit {emptied.return_code}): {emptied.stderr or emptied.stdout}"
             )
+        self._verifications += 1
+        self._verifier_homes = {}
+        self._verifying = True
+
+    def begin_agent_phase(self) -> None:
+        """The agent's turn again (the next step of a multi-step task): its commands run
+        with their own HOME once more."""
+        self._verifying = False
+
+    async def _as_file_root(self, init: SandboxInit, command: str) -> ExecResult:
+        """One of the sandbox's own resets, as root over its files."""
+        return await run_in_leaf(
+            init,
+            self._cgroup,
+            f"exec-{next(self._exec_numbers):06d}",
+            command,
+            identity=FILE_ROOT,
+            cwd="/",
+            env={"PATH": SYSTEM_PATH, "LANG": "C.UTF-8"},
+            timeout_sec=None,
+            on_output=None,
+            stdin_fd=None,
+            stdout_fd=None,
+            sandbox=self.session_id,
+            memory_mb=self.limits.memory_mb,
+        )
+
+    async def _verifier_home(self, init: SandboxInit, identity: Identity) -> str:
+        """HOME for a shared verifier's commands as `identity`: a fresh directory with
+        the image's own home in it (copy-on-write), not the home the agent used."""
+        if identity.uid in self._verifier_homes:
+            return self._verifier_homes[identity.uid]
+        home = verifier_home_dir(self._verifications, identity.uid)
+        made = await self._as_file_root(
+            init,
+            f"rm -rf -- {home} && mkdir -m 0700 {home} && "
+            f"chown {identity.uid}:{identity.gid} {home}",
+        )
+        if made.return_code != 0:
+            raise SandboxPathError(
+                f"could not make the verifier's home {home} in sandbox {self.session_id} "
+                f"(exit {made.return_code}): {made.stderr or made.stdout}"
+            )
+        image_home = await asyncio.to_thread(self._root.verifier_home, identity.home, identity)
+        if image_home is not None:
+            await asyncio.to_thread(
+                attach, init.pidfd, init.root_fd, [(image_home, PurePosixPath(home), False)]
+            )
+        self._verifier_homes[identity.uid] = home
+        return home
 
     @property
     def running(self) -> bool:
@@ -340,6 +415,8 @@ class BwrapEnvironment(BaseEnvironment):
             **self.recipe.env,
             **(self._merge_env(env) or {}),
         }
+        if self._verifying:
+            variables["HOME"] = await self._verifier_home(init, identity)
         return await run_in_leaf(
             init,
             self._cgroup,
@@ -379,6 +456,17 @@ class BwrapEnvironment(BaseEnvironment):
 
     def _storage_bound(self) -> int | None:
         return self._storage.size_mb if self._storage is not None else None
+
+
+def _emptied_scratch(directory: str) -> str:
+    """Empty a scratch directory the image has (sticky and world-writable, as before),
+    but for an earlier verifier's homes, which are mounts."""
+    quoted = shlex.quote(directory)
+    return (
+        f"{{ [ -L {quoted} ] || [ ! -d {quoted} ] || "
+        f"{{ find {quoted} -mindepth 1 -maxdepth 1 ! -name '{VERIFIER_HOMES}*' "
+        f"-exec rm -rf -- {{}} + && chmod 1777 {quoted}; }}; }}"
+    )
 
 
 async def _attempted(step: Callable[[], object]) -> list[str]:

@@ -10,7 +10,10 @@ the operator's home, the project checkout or other sandboxes is mounted.
 bubblewrap mounts what everyone may read and leaves mountpoints for the rest, which
 the controller binds in after the init starts (`attach.py`). The writable
 directories, and every file laid down in them, belong to ids of the sandbox's user
-namespace (`userns.py`): root inside owns them, as it owns an image's files.
+namespace (`userns.py`): root inside owns them, as it owns an image's files. The
+directories the host makes for them are mode 0755, as Docker makes a `WORKDIR` or a
+`COPY`'s missing parents, whatever the controller's umask: the platform's own is
+owner-only (`state_locations.py`), and the task's other users must enter them.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ ETC_ENTRIES = (
 PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
 KERNEL_DIRS = ("proc", "dev", "sys", "etc", "run", "boot")
 RESERVED_TOPS = frozenset((*HOST_SYSTEM_DIRS, *KERNEL_DIRS))
+DIRECTORY_MODE = 0o755
 
 
 @dataclass(frozen=True)
@@ -124,13 +128,14 @@ class SandboxFilesystem:
         """The writable directories and the mountpoints of binds that land in one of
         them, all root's inside; a writable bind's own directory becomes root's inside
         too (not what it holds), or root inside could not write there."""
+        self.writable_root.mkdir(parents=True, exist_ok=True)
         for top in self.writable_tops:
-            self.host_dir(top).mkdir(parents=True, exist_ok=True)
+            make_directories(self.host_dir(top))
         if "tmp" in self.writable_tops:
             self.host_dir("tmp").chmod(0o1777)
         for bind in self.binds:
             if not bind.read_only:
-                bind.source.mkdir(parents=True, exist_ok=True)
+                make_bind_directory(bind.source)
                 _own(bind.source, 0, 0)
             if top_level(bind.target) in self.writable_tops:
                 _make_mountpoint(self.host_path(bind.target), bind.source.is_dir())
@@ -175,7 +180,7 @@ class SandboxFilesystem:
     def lay_down(self, recipe: DockerfileRecipe, context: Path) -> None:
         """Reproduce the recipe's WORKDIR and COPY/ADD steps in the host directories."""
         for workdir in recipe.workdirs:
-            self.host_path(workdir).mkdir(parents=True, exist_ok=True)
+            make_directories(self.host_path(workdir))
         for step in recipe.copies:
             for source in resolve_sources(step, context):
                 self._copy(step, source)
@@ -184,6 +189,7 @@ class SandboxFilesystem:
 
     def copy_into(self, source_dir: Path, target: PurePosixPath) -> None:
         destination = self.host_path(target)
+        make_directories(destination.parent)
         shutil.copytree(source_dir, destination, symlinks=True, dirs_exist_ok=True)
         _own_tree(destination)
 
@@ -191,20 +197,61 @@ class SandboxFilesystem:
         destination = self.host_path(step.destination)
         into_dir = step.destination_is_dir or destination.is_dir()
         if source.is_dir() and not source.is_symlink():
+            make_directories(destination.parent)
             shutil.copytree(source, destination, symlinks=True, dirs_exist_ok=True)
             written = [destination]
         elif step.extract_archives and tarfile.is_tarfile(source):
-            destination.mkdir(parents=True, exist_ok=True)
-            with tarfile.open(source) as archive:
-                archive.extractall(destination, filter="data")
+            make_directories(destination)
+            _extract(source, destination)
             written = [destination]
         else:
             target = destination / source.name if into_dir else destination
-            target.parent.mkdir(parents=True, exist_ok=True)
+            make_directories(target.parent)
             shutil.copy2(source, target, follow_symlinks=False)
             written = [target]
         for path in written:
             _apply_ownership(path, step)
+
+
+def make_directories(path: Path) -> None:
+    """`path` and its missing parents, each mode 0755 whatever the umask: a directory
+    the host makes in a sandbox's filesystem (a `WORKDIR`, a `COPY`'s parents, a
+    bind's own directory)."""
+    missing = [directory for directory in (path, *path.parents) if not directory.exists()]
+    for directory in reversed(missing):
+        directory.mkdir(exist_ok=True)
+        directory.chmod(DIRECTORY_MODE)
+
+
+def make_bind_directory(source: Path) -> None:
+    """A writable bind's host directory: its parents are the host's (made with the
+    controller's umask), the directory itself is the sandbox's (0755)."""
+    source.parent.mkdir(parents=True, exist_ok=True)
+    make_directories(source)
+
+
+def _extract(archive_path: Path, destination: Path) -> None:
+    """`ADD` of a local tar archive: its members keep their modes; a directory the
+    archive implies without listing it is made 0755, as Docker makes it."""
+    with tarfile.open(archive_path) as archive:
+        # As the data filter extracts them: an absolute name below the destination.
+        names = {member.name.lstrip("/"): member for member in archive.getmembers()}
+        listed = {PurePosixPath(name) for name, member in names.items() if member.isdir()}
+        implied = {
+            parent
+            for name in names
+            for parent in PurePosixPath(name).parents
+            if parent != PurePosixPath(".") and parent not in listed
+        }
+        made = [path for path in implied if not (destination / path).exists()]
+        archive.extractall(destination, filter="data")
+    root = destination.resolve()
+    for path in made:
+        directory = (destination / path).resolve()
+        # The data filter keeps links inside `destination`; a link it made may still
+        # stand where a directory was implied, so only a real directory in it changes.
+        if directory.is_relative_to(root) and directory.is_dir():
+            directory.chmod(DIRECTORY_MODE)
 
 
 def resolve_sources(step: CopyStep, context: Path) -> list[Path]:
@@ -244,10 +291,10 @@ def _owner(spec: str) -> tuple[int, int]:
 
 
 def _make_mountpoint(path: Path, directory: bool) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     if directory:
-        path.mkdir(exist_ok=True)
+        make_directories(path)
     else:
+        make_directories(path.parent)
         path.touch(exist_ok=True)
 
 

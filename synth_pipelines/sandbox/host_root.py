@@ -122,5 +122,9 @@ class HostRoot:
             uid, gid = entry.pw_uid, entry.pw_gid
         return mapped(Identity(uid, gid, str(TMP_DIR)))
 
+    def verifier_home(self, home: str, owner: Identity) -> Path | None:
+        """None: the host root has no image whose home a verifier could start from."""
+        return None
+
     def tear_down(self) -> None:
         """Nothing: the host root holds nothing beyond the sandbox's directory."""

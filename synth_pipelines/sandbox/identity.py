@@ -31,6 +31,17 @@ class Identity:
 
 ROOT = Identity(0, 0, str(ROOT_HOME))
 
+# What root on an image may do beyond a plain user: act on any file of the sandbox
+# (an image's files keep the owners its archives had, e.g. a project's sdist made by
+# uid 501, and Docker's root may edit them). In the sandbox's user namespace these
+# reach only inodes whose owners it maps, never a host file; no capability to mount,
+# change users, signal or administer anything is given. CAP_CHOWN, CAP_DAC_OVERRIDE,
+# CAP_DAC_READ_SEARCH, CAP_FOWNER, CAP_FSETID.
+FILE_CAPABILITIES = (0, 1, 2, 3, 4)
+FILE_ROOT = Identity(0, 0, str(ROOT_HOME), FILE_CAPABILITIES)
+"""Root over the sandbox's files: an image's root, and the sandbox's own resets, which
+no file mode the agent sets may stop."""
+
 
 def is_root(user: str | int | None) -> bool:
     """Whether a Harbor user means root (no user at all does)."""

@@ -7,9 +7,12 @@ copy, the content of the files it copies. A step whose key is stored is not run
 again, so every attempt of a task after the first, and its separate verifier, starts
 from the cached layers; two attempts needing the same step build it once.
 
-Each step runs in a build sandbox (`build_sandbox.py`) on its parent layers. A copy is
-packed into a tar stream on the host and unpacked inside, so no path of the image is
-ever resolved on the host.
+Each step runs in a build sandbox (`build_sandbox.py`) on its parent layers, within the
+task's limits (`build_bounds.py`) and with no way out but the registry proxy
+(`registry_proxy.py`). The limits and the proxy's hosts are not part of a layer's key:
+they bound how a step runs, not what it writes, so a layer is found again whatever
+limits the task that needs it has. A copy is packed into a tar stream on the host and
+unpacked inside, so no path of the image is ever resolved on the host.
 """
 
 from __future__ import annotations
@@ -22,12 +25,13 @@ import os
 import shlex
 import tarfile
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Protocol
 
 from synth_pipelines.sandbox.bases import BASE_ENV, BaseImages, resolve_base
+from synth_pipelines.sandbox.build_bounds import BuildLimitExceeded, BuildLimits, storage_left_mb
 from synth_pipelines.sandbox.build_sandbox import BuildSandbox
 from synth_pipelines.sandbox.commands import Completed
 from synth_pipelines.sandbox.dockerfile import (
@@ -41,6 +45,7 @@ from synth_pipelines.sandbox.dockerfile import (
 from synth_pipelines.sandbox.errors import ImageBuildError
 from synth_pipelines.sandbox.filesystem import resolve_sources
 from synth_pipelines.sandbox.layers import Layer, LayerStore
+from synth_pipelines.sandbox.registry_hosts import RegistryHosts
 
 OUTPUT_TAIL_LINES = 20
 STAGED = "staged"
@@ -63,6 +68,9 @@ class ImageCacheSettings(Protocol):
 
     @property
     def image_cache_mb(self) -> int: ...
+
+    @property
+    def image_registry_hosts(self) -> Sequence[str]: ...
 
 
 @dataclass(frozen=True)
@@ -107,12 +115,14 @@ class ImageBuilder:
     def configured(
         cls, config: ImageCacheSettings, progress: Progress | None = None
     ) -> ImageBuilder:
-        """The builder of the configured image cache, with its bound and limits."""
+        """The builder of the configured image cache, with its bound and limits, whose
+        steps may reach the configured registries and the Debian mirror."""
         return cls(
             config.images_dir,
             mirror=config.debian_mirror,
             step_timeout_sec=config.image_step_timeout_sec,
             cache_bytes=config.image_cache_mb << 20,
+            registries=RegistryHosts.of(config.image_registry_hosts, mirror=config.debian_mirror),
             progress=progress,
         )
 
@@ -120,6 +130,7 @@ class ImageBuilder:
     mirror: str
     step_timeout_sec: float
     cache_bytes: int
+    registries: RegistryHosts
     progress: Progress | None = None
     built: int = field(default=0, init=False)
     cached: int = field(default=0, init=False)
@@ -132,7 +143,10 @@ class ImageBuilder:
         if self.progress is not None:
             self.progress(message)
 
-    async def build(self, recipe: DockerfileRecipe, context: Path, *, task: str) -> Image:
+    async def build(
+        self, recipe: DockerfileRecipe, context: Path, *, task: str, limits: BuildLimits
+    ) -> Image:
+        """The image of `recipe`, its missing layers built within the task's `limits`."""
         base = resolve_base(recipe.base_image, task=task)
         layer = await self.bases.layer(base, self.progress)
         user, workdir = "root", "/"
@@ -169,6 +183,7 @@ class ImageBuilder:
                     workdir=workdir,
                     context=context,
                     task=task,
+                    limits=limits,
                 ),
             )
         chain = self.store.chain(layer)
@@ -199,8 +214,9 @@ class ImageBuilder:
         workdir: str,
         context: Path,
         task: str,
+        limits: BuildLimits,
     ) -> None:
-        lowers = [layer.diff for layer in self.store.chain(parent)]
+        chain = self.store.chain(parent)
         tail: list[str] = []
 
         def collect(line: str) -> None:
@@ -208,33 +224,62 @@ class ImageBuilder:
             del tail[:-OUTPUT_TAIL_LINES]
             self._say(f"  {line}")
 
-        async with BuildSandbox.open(self.store, lowers, diff, collect) as sandbox:
-            if isinstance(step, RunStep):
-                identity = await sandbox.identity(user, task=task)
-                env = {"HOME": identity.home, **step.env}
-                result = await sandbox.run(
-                    step.command, env, identity, cwd=workdir, timeout_sec=self.step_timeout_sec
+        try:
+            # The layers above the base share the task's storage bound.
+            used = sum(layer.size_bytes for layer in chain[:-1])
+            storage_mb = await asyncio.to_thread(storage_left_mb, limits, used)
+            async with BuildSandbox.open(
+                self.store,
+                [layer.diff for layer in chain],
+                diff,
+                limits=limits,
+                registries=self.registries,
+                storage_mb=storage_mb,
+                on_line=collect,
+            ) as sandbox:
+                result = await self._step(
+                    sandbox, step, user=user, workdir=workdir, context=context, task=task
                 )
-            elif isinstance(step, WorkdirStep):
-                result = await sandbox.run(
-                    f"mkdir -p {shlex.quote(str(step.path))}",
-                    BASE_ENV,
-                    sandbox.root,
-                    cwd="/",
-                    timeout_sec=self.step_timeout_sec,
-                )
-            elif isinstance(step, CopyStep):
-                result = await self._copy(sandbox, step, context)
-            else:
-                raise TypeError(f"no layer is built for {step!r}")
-        if result.return_code == 0:
-            self.built += 1
-            return
-        output = "\n".join(f"  {line}" for line in tail) or "  (no output)"
-        raise ImageBuildError(
-            f"Task {task!r}: the image build failed at Dockerfile line {step.line} "
-            f"`{step.text}` (exit {result.return_code}); its last output:\n{output}"
-        )
+                if result.return_code != 0:
+                    output = "\n".join(f"  {line}" for line in tail) or "  (no output)"
+                    raise ImageBuildError(
+                        f"Task {task!r}: the image build failed at Dockerfile line {step.line} "
+                        f"`{step.text}` (exit {result.return_code}); its last output:\n{output}"
+                    )
+        except BuildLimitExceeded as exceeded:
+            raise exceeded.error(
+                task=task, step=f"at Dockerfile line {step.line} `{step.text}`"
+            ) from None
+        self.built += 1
+
+    async def _step(
+        self,
+        sandbox: BuildSandbox,
+        step: Step,
+        *,
+        user: str,
+        workdir: str,
+        context: Path,
+        task: str,
+    ) -> Completed:
+        """Run `step` in its sandbox: a RUN as the image's user, a WORKDIR or copy as root."""
+        if isinstance(step, RunStep):
+            identity = await sandbox.identity(user, task=task)
+            env = {"HOME": identity.home, **step.env}
+            return await sandbox.run(
+                step.command, env, identity, cwd=workdir, timeout_sec=self.step_timeout_sec
+            )
+        if isinstance(step, WorkdirStep):
+            return await sandbox.run(
+                f"mkdir -p {shlex.quote(str(step.path))}",
+                BASE_ENV,
+                sandbox.root,
+                cwd="/",
+                timeout_sec=self.step_timeout_sec,
+            )
+        if isinstance(step, CopyStep):
+            return await self._copy(sandbox, step, context)
+        raise TypeError(f"no layer is built for {step!r}")
 
     async def _copy(self, sandbox: BuildSandbox, step: CopyStep, context: Path) -> Completed:
         with tempfile.TemporaryFile(dir=self.store.scratch) as archive_file:

@@ -43,6 +43,8 @@ def _open_parent(root_fd: int, path: PurePosixPath) -> int:
             try:
                 os.mkdir(part, ROOT_MODE, dir_fd=current)
                 os.chown(part, host_id(0), host_id(0), dir_fd=current, follow_symlinks=False)
+                # mkdir's mode passes through the controller's (owner-only) umask.
+                os.chmod(part, ROOT_MODE, dir_fd=current, follow_symlinks=False)
             except FileExistsError:
                 pass
             try:

@@ -19,28 +19,33 @@ from pathlib import Path, PurePosixPath
 from harbor.models.trial.paths import EnvironmentPaths
 
 from synth_pipelines.sandbox.bases import BASE_ENV, resolve_base
+from synth_pipelines.sandbox.build_bounds import BuildLimits
 from synth_pipelines.sandbox.commands import RunInside
 from synth_pipelines.sandbox.dockerfile import DockerfileRecipe, read_dockerfile
 from synth_pipelines.sandbox.errors import SandboxUserError, TaskDefinitionError
-from synth_pipelines.sandbox.filesystem import Bind, SandboxFilesystem, resolve_sources
-from synth_pipelines.sandbox.identity import ROOT_HOME, TMP_DIR, Identity, is_root, mapped
+from synth_pipelines.sandbox.filesystem import (
+    Bind,
+    SandboxFilesystem,
+    make_bind_directory,
+    resolve_sources,
+)
+from synth_pipelines.sandbox.identity import (
+    FILE_CAPABILITIES,
+    FILE_ROOT,
+    ROOT_HOME,
+    TMP_DIR,
+    Identity,
+    is_root,
+    mapped,
+)
 from synth_pipelines.sandbox.image_build import Image, ImageBuilder, ImageCacheSettings
 from synth_pipelines.sandbox.image_mounts import image_bwrap_arguments, make_directory, make_file
 from synth_pipelines.sandbox.layers import Held, LayerStore
-from synth_pipelines.sandbox.leases import image_root
-from synth_pipelines.sandbox.overlay import mount_overlay, unmount
+from synth_pipelines.sandbox.leases import IMAGE_VIEW, image_root, verifier_mount, verifier_mounts
+from synth_pipelines.sandbox.overlay import is_mounted, mount_overlay, mount_read_only, unmount
 from synth_pipelines.sandbox.root import INSTALLED_AGENT_DIR, RootLayout
 from synth_pipelines.sandbox.transfers import Transfers
 from synth_pipelines.sandbox.userns import host_id
-
-# What root on an image may do beyond a plain user: act on any file of the sandbox
-# (an image's files keep the owners its archives had, e.g. a project's sdist made by
-# uid 501, and Docker's root may edit them). In the sandbox's user namespace these
-# reach only inodes whose owners it maps, never a host file; no capability to mount,
-# change users, signal or administer anything is given. CAP_CHOWN, CAP_DAC_OVERRIDE,
-# CAP_DAC_READ_SEARCH, CAP_FOWNER, CAP_FSETID.
-IMAGE_ROOT_CAPABILITIES = (0, 1, 2, 3, 4)
-IMAGE_ROOT = Identity(0, 0, str(ROOT_HOME), IMAGE_ROOT_CAPABILITIES)
 
 
 def image_recipe(
@@ -72,6 +77,7 @@ class ImageRoot:
         paths: EnvironmentPaths,
         bundled_tests: bool,
         cache: ImageCacheSettings,
+        limits: BuildLimits,
         run: RunInside,
         transfers: Transfers,
         logger: logging.Logger,
@@ -84,6 +90,7 @@ class ImageRoot:
         self._paths = paths
         self._bundled_tests = bundled_tests
         self._cache = cache
+        self._limits = limits
         self._layers: LayerStore | None = None
         self._run = run
         self._transfers = transfers
@@ -92,11 +99,14 @@ class ImageRoot:
         self._identities: dict[str, Identity] = {}
 
     async def prepare(self) -> None:
-        """Build (or find) the image, and hold its layers while the sandbox runs."""
+        """Build (or find) the image, its steps within the task's limits, and hold its
+        layers while the sandbox runs."""
         builder = ImageBuilder.configured(
             self._cache, progress=lambda line: self._logger.debug("image build: %s", line)
         )
-        image = await builder.build(self.recipe, self._context, task=self._task)
+        image = await builder.build(
+            self.recipe, self._context, task=self._task, limits=self._limits
+        )
         if builder.built:
             self._logger.info(
                 "Built %d layer(s) of the image of %s (%d cached)",
@@ -138,7 +148,7 @@ class ImageRoot:
                 make_directory(root_fd, PurePosixPath(directory))
             for bind in self.filesystem.binds:
                 if not bind.read_only:
-                    bind.source.mkdir(parents=True, exist_ok=True)
+                    make_bind_directory(bind.source)
                     os.chown(bind.source, host_id(0), host_id(0))
                 if bind.source.is_dir():
                     make_directory(root_fd, bind.target)
@@ -160,11 +170,11 @@ class ImageRoot:
 
     async def identity(self, user: str | int | None) -> Identity:
         """The user, else the image's USER, looked up in the image's /etc/passwd;
-        root keeps `IMAGE_ROOT_CAPABILITIES`."""
+        root keeps `FILE_CAPABILITIES`."""
         if user is None and self.image is not None:
             user = self.image.user
         if is_root(user):
-            return IMAGE_ROOT
+            return FILE_ROOT
         name = str(user)
         if name not in self._identities:
             self._identities[name] = mapped(await self._looked_up(name))
@@ -182,14 +192,42 @@ class ImageRoot:
                 f"user {name!r} is not defined in the image's /etc/passwd; use root, a "
                 "numeric uid, or create the user with a RUN step (useradd)"
             )
-        return Identity(uid, gid, home, IMAGE_ROOT_CAPABILITIES if uid == 0 else ())
+        return Identity(uid, gid, home, FILE_CAPABILITIES if uid == 0 else ())
+
+    def verifier_home(self, home: str, owner: Identity) -> Path | None:
+        """A writable copy-on-write view of `home` as the image holds it (never as the
+        agent left it), mounted on the host for a shared verifier running as `owner`;
+        None where the image has no such directory inside itself. Blocking."""
+        assert self.image is not None and self._layers is not None, "prepare() comes first"
+        sandbox = self.filesystem.root
+        image = verifier_mount(sandbox, IMAGE_VIEW)
+        if not is_mounted(image):
+            mount_read_only(
+                image.name,
+                [layer.diff for layer in self.image.layers],
+                relative_to=self._layers.root,
+            )
+        found = Path(os.path.realpath(image / home.lstrip("/")))
+        # A symlink of the image may point anywhere on the host once resolved here.
+        if not found.is_relative_to(image) or not found.is_dir():
+            return None
+        base = self.filesystem.writable_root / "verifier-homes" / str(owner.uid)
+        upper, work = base / "upper", base / "work"
+        upper.mkdir(parents=True, exist_ok=True)
+        os.chown(upper, host_id(owner.uid), host_id(owner.gid))
+        name = verifier_mount(sandbox, f"home-{owner.uid}").name
+        return mount_overlay(name, [found], upper, work, relative_to=found.parent)
 
     def tear_down(self) -> None:
-        """Unmount the sandbox's overlay and let go of the image's layers."""
+        """Unmount the sandbox's overlays and let go of the image's layers."""
         held, self._held = self._held, None
         if held is None:
             return
         try:
-            unmount(image_root(self.filesystem.root))
+            for mounted in [
+                *verifier_mounts(self.filesystem.root),
+                image_root(self.filesystem.root),
+            ]:
+                unmount(mounted)
         finally:
             held.release()

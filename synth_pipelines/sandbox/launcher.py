@@ -26,11 +26,11 @@ can kill its group), with only its stdio and the init's two descriptors open:
 3. It takes the command's identity (no supplementary groups unless given), drops every
    capability (bounding, ambient, effective, permitted, inheritable), sets
    no_new_privs, installs the seccomp filter, changes to the working directory and
-   executes `/bin/bash -c COMMAND` with exactly the given environment. Root on an
-   image keeps the few capabilities given (`capabilities`: those over files, which
-   in a user namespace reach only the sandbox's own). An image
-   build's step (`build_step`) keeps root's capabilities in the sandbox's user
-   namespace and runs unfiltered, in the host's network namespace.
+   executes `/bin/bash -c COMMAND` with exactly the given environment and a
+   container's umask (022). Root on an image keeps the few capabilities given
+   (`capabilities`: those over files, which in a user namespace reach only the
+   sandbox's own). An image build's step (`build_step`) keeps root's capabilities in
+   the sandbox's user namespace, under the same filter.
 
 This is what `nsenter`, `setpriv` and `env -i` did before, plus the part none of them
 can do: install the sandbox's seccomp filter. A filter bubblewrap installs covers only
@@ -75,6 +75,10 @@ NAMESPACES = (
 )
 CANNOT_START = 126
 NO_WORKDIR = 125
+# A container's processes start with this mask (Docker's, and a login shell's), whatever
+# the controller's: the platform's own files are owner-only (`state_locations.py`), and
+# that mask must not reach what a command makes for the task's other users.
+COMMAND_UMASK = 0o022
 # Controller -> server: the request number (with the four descriptors). Server ->
 # controller: request number, STARTED or EXITED, and the pid or the exit code.
 REQUEST = struct.Struct("=I")
@@ -153,9 +157,7 @@ def _become_command(host: _Host, spec: dict[str, Any]) -> None:
     for procs in spec["cgroup_procs"]:
         with open(procs, "w") as joined:
             joined.write("0")
-    # An image build's sandbox shares the host's network namespace, which a process
-    # entering the sandbox's user namespace may not join (nor needs to).
-    os.setns(host.pidfd, NAMESPACES if not spec["build_step"] else NAMESPACES & ~os.CLONE_NEWNET)
+    os.setns(host.pidfd, NAMESPACES)
     os.fchdir(host.root_fd)
     os.chroot(".")
     os.close(host.pidfd)
@@ -166,8 +168,11 @@ def _become_command(host: _Host, spec: dict[str, Any]) -> None:
         # An image's RUN step is the task author's published code, run as root of the
         # sandbox's user namespace with that namespace's capabilities (apt changes
         # users and groups, chowns, chroots); no host id is mapped, so none of it
-        # reaches beyond the sandbox's own files. See docs/sandbox.md.
+        # reaches beyond the sandbox's own files. See docs/sandbox.md. It runs under
+        # the sandbox's filter like every process inside: none of what the filter
+        # refuses is anything apt, dpkg, pip or npm needs.
         os.setresuid(spec["uid"], spec["uid"], spec["uid"])
+        _install_filter(libc, spec["seccomp"])
         return
     keep = frozenset(spec["capabilities"])
     _drop_bounding_set(libc, host.last_capability, keep)
@@ -189,6 +194,7 @@ def _run_command(host: _Host, spec: dict[str, Any]) -> None:
             f"sandbox launcher: cannot change directory to {spec['cwd']!r}: {error.strerror}\n"
         )
         os._exit(NO_WORKDIR)
+    os.umask(COMMAND_UMASK)
     try:
         os.execve("/bin/bash", ["/bin/bash", "-c", spec["command"]], spec["env"])
     except OSError as error:

@@ -29,7 +29,7 @@ from pathlib import Path
 from synth_pipelines.sandbox.errors import SandboxCleanupError, SandboxStorageError
 from synth_pipelines.sandbox.filesystem import SandboxFilesystem
 from synth_pipelines.sandbox.limits import CgroupHierarchy, SandboxCgroup, detect_hierarchy
-from synth_pipelines.sandbox.overlay import mount_point, unmount
+from synth_pipelines.sandbox.overlay import MOUNTS_DIR, mount_point, unmount
 from synth_pipelines.sandbox.quarantine import quarantine
 from synth_pipelines.sandbox.storage import IMAGE_NAME, SizedFilesystem
 
@@ -39,6 +39,22 @@ LEASE_NAME = "lease"
 def image_root(sandbox_dir: Path) -> Path:
     """Where the sandbox of `sandbox_dir`, when on an image, has its overlay root."""
     return mount_point(f"sandbox-{sandbox_dir.name}")
+
+
+def verifier_mount(sandbox_dir: Path, what: str) -> Path:
+    """Where the sandbox of `sandbox_dir` mounts `what` for its shared verifier: its
+    image as built, or a verifier's home on it (sandbox names never hold a `+`)."""
+    return mount_point(f"sandbox-{sandbox_dir.name}+{what}")
+
+
+def verifier_mounts(sandbox_dir: Path) -> list[Path]:
+    """The verifier mounts the sandbox of `sandbox_dir` has, the image's last (the
+    homes stand on it)."""
+    found = sorted(MOUNTS_DIR.glob(f"sandbox-{sandbox_dir.name}+*"))
+    return sorted(found, key=lambda path: path == verifier_mount(sandbox_dir, IMAGE_VIEW))
+
+
+IMAGE_VIEW = "image"
 
 
 logger = logging.getLogger(__name__)
@@ -142,7 +158,8 @@ def _reclaim_if_orphaned(sandbox_dir: Path, hierarchy: CgroupHierarchy | None) -
             except SandboxCleanupError as error:
                 problems.append(str(error))
         try:
-            unmount(image_root(sandbox_dir))
+            for mounted in [*verifier_mounts(sandbox_dir), image_root(sandbox_dir)]:
+                unmount(mounted)
         except OSError as error:
             problems.append(f"could not unmount its image: {error}")
         storage = SizedFilesystem(

@@ -220,6 +220,24 @@ class SandboxCgroup:
                 return int(value)
         return 0
 
+    def pids_refusals(self) -> int:
+        """How many forks the pids limit has refused in the sandbox (at most; from its
+        cgroups' `pids.events`). Kernels count them where the fork was refused (v1,
+        and v2 before Linux 6.12 or with `pids_localevents`), or in the cgroup over its
+        limit and its ancestors: the largest count over the sandbox's cgroups is right
+        in each."""
+        found = 0
+        for cgroup in _subtree(self._directory("pids")):
+            try:
+                lines = (cgroup / "pids.events").read_text().splitlines()
+            except FileNotFoundError:
+                continue
+            for line in lines:
+                key, _, value = line.partition(" ")
+                if key == "max":
+                    found = max(found, int(value))
+        return found
+
     def remove_leaf(self, leaf: str) -> bool:
         """Remove the leaf if its processes are gone; False while some still run (or
         while cgroups made below it remain: `remove()` takes those)."""

@@ -34,7 +34,8 @@ from synth_pipelines.sandbox.commands import Process, Start
 from synth_pipelines.sandbox.errors import SandboxStartError
 from synth_pipelines.sandbox.launch_server import LaunchServer
 from synth_pipelines.sandbox.limits import kill_until_empty
-from synth_pipelines.sandbox.userns import SETUP_ID, UserNamespace, host_id
+from synth_pipelines.sandbox.namespace_owner import NamespaceOwner
+from synth_pipelines.sandbox.userns import SETUP_ID, UserNamespace
 
 HOST_TOOLS = ("bwrap", "unshare", "setpriv")
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -71,14 +72,16 @@ def join_cgroup(argv: Sequence[str], procs_files: Sequence[Path]) -> list[str]:
 
 @dataclass
 class SandboxInit:
-    """The running init, the pidfd and root directory that identify it, and the launch
-    server that enters commands into it."""
+    """The running init, the pidfd and root directory that identify it, the launch
+    server that enters commands into it, and the host id that owns its user namespace,
+    which it and bubblewrap run as (`namespace_owner.py`)."""
 
     process: asyncio.subprocess.Process
     pid: int
     pidfd: int
     root_fd: int
     launcher: LaunchServer
+    owner: NamespaceOwner
 
     @classmethod
     async def launch(
@@ -88,57 +91,20 @@ class SandboxInit:
         seccomp: bytes,
         *,
         pass_fds: Sequence[int] = (),
-        network: bool = False,
     ) -> SandboxInit:
-        """Start the init. `pass_fds` are descriptors `bwrap_arguments` name (an
-        image's root); `network` keeps the host's network namespace, for an image
-        build's RUN steps only."""
+        """Start the init, in a network namespace of its own (every sandbox's, an image
+        build step's too). `pass_fds` are descriptors `bwrap_arguments` name (an image's
+        root)."""
         tools = host_tools()
-        userns = await UserNamespace.create(tools["unshare"])
+        owner = await asyncio.to_thread(NamespaceOwner.take)
+        try:
+            userns = await UserNamespace.create(tools["unshare"], owner.id)
+        except BaseException:
+            owner.release()
+            raise
         program = _memory_file("sandbox-seccomp", seccomp)
         info_read, info_write = os.pipe()
-        setup = host_id(SETUP_ID)
-        argv = [
-            # bubblewrap runs unprivileged on the host, as the id it sets the sandbox up
-            # as (userns.py); it joins the cgroup as root first (join_cgroup).
-            tools["setpriv"],
-            f"--reuid={setup}",
-            f"--regid={setup}",
-            "--clear-groups",
-            "--",
-            tools["bwrap"],
-            "--userns",
-            str(userns.fd),
-            "--uid",
-            str(SETUP_ID),
-            "--gid",
-            str(SETUP_ID),
-            *bwrap_arguments,
-            "--unshare-ipc",
-            "--unshare-pid",
-            *(() if network else ("--unshare-net",)),
-            "--unshare-uts",
-            "--unshare-cgroup-try",
-            "--hostname",
-            HOSTNAME,
-            "--die-with-parent",
-            "--new-session",
-            "--seccomp",
-            str(program),
-            "--clearenv",
-            "--setenv",
-            "PATH",
-            SYSTEM_PATH,
-            "--chdir",
-            "/",
-            "--as-pid-1",
-            "--info-fd",
-            str(info_write),
-            "--",
-            "/bin/bash",
-            "-c",
-            INIT_SCRIPT,
-        ]
+        argv = _init_argv(tools, owner.id, userns.fd, program, info_write, bwrap_arguments)
         try:
             process = await asyncio.create_subprocess_exec(
                 *join_cgroup(argv, procs_files),
@@ -148,23 +114,30 @@ class SandboxInit:
                 stderr=asyncio.subprocess.PIPE,
                 pass_fds=(info_write, userns.fd, program, *pass_fds),
             )
+        except BaseException:
+            os.close(info_read)
+            owner.release()
+            raise
         finally:
             for descriptor in (info_write, program):
                 os.close(descriptor)
             userns.close()
         try:
-            pid = await _await_ready(process, info_read)
-        finally:
-            os.close(info_read)
-        pidfd = os.pidfd_open(pid)
-        root_fd = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            server = await LaunchServer.start(pidfd, root_fd)
+            pid, pidfd, root_fd, server = await _serve_once_ready(process, info_read)
         except BaseException:
-            os.close(pidfd)
-            os.close(root_fd)
+            # The id may serve another sandbox only once nothing of this one runs: a
+            # bubblewrap still running keeps it reserved until this process ends.
+            if process.returncode is not None:
+                owner.release()
             raise
-        return cls(process=process, pid=pid, pidfd=pidfd, root_fd=root_fd, launcher=server)
+        return cls(
+            process=process,
+            pid=pid,
+            pidfd=pidfd,
+            root_fd=root_fd,
+            launcher=server,
+            owner=owner,
+        )
 
     def command(
         self,
@@ -209,7 +182,8 @@ class SandboxInit:
         none is left.
 
         They are found by their pid namespace, which no process inside can leave, and
-        the init's by their id, which no command may take (`userns.SETUP_ID`). A process
+        the init's by their id, the sandbox's owner id, which no command may take
+        (`userns.SETUP_ID`). A process
         forked while the list is read shows up in the next read, so the sandbox must
         read empty twice, a moment apart.
         """
@@ -218,7 +192,7 @@ class SandboxInit:
             lambda: [
                 pid
                 for pid in _host_pids()
-                if _pid_namespace(pid) == namespace and _uid(pid) != host_id(SETUP_ID)
+                if _pid_namespace(pid) == namespace and _uid(pid) != self.owner.id
             ],
             lambda pids: f"processes {list(pids)} of the sandbox",
         )
@@ -230,6 +204,10 @@ class SandboxInit:
 
         Killing bwrap itself would leave pid 1 to die of its parent-death signal and
         be reaped by whatever the host's init is, possibly never.
+
+        The owner id is released once bubblewrap has ended (every process of the sandbox
+        has, and with them what they held charged to it); one stuck keeps it reserved
+        until this process ends.
         """
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
@@ -242,7 +220,61 @@ class SandboxInit:
             await self.launcher.close()
             os.close(self.pidfd)
             os.close(self.root_fd)
+        self.owner.release()
         return True
+
+
+def _init_argv(
+    tools: Mapping[str, str],
+    owner: int,
+    userns_fd: int,
+    program: int,
+    info_write: int,
+    bwrap_arguments: Sequence[str],
+) -> list[str]:
+    """bubblewrap's command line, run as `owner` on the host, around the init."""
+    return [
+        # bubblewrap runs unprivileged on the host, as the sandbox's owner id, which
+        # it sets the sandbox up as (userns.py); it joins the cgroup as root first
+        # (join_cgroup).
+        tools["setpriv"],
+        f"--reuid={owner}",
+        f"--regid={owner}",
+        "--clear-groups",
+        "--",
+        tools["bwrap"],
+        "--userns",
+        str(userns_fd),
+        "--uid",
+        str(SETUP_ID),
+        "--gid",
+        str(SETUP_ID),
+        *bwrap_arguments,
+        "--unshare-ipc",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--hostname",
+        HOSTNAME,
+        "--die-with-parent",
+        "--new-session",
+        "--seccomp",
+        str(program),
+        "--clearenv",
+        "--setenv",
+        "PATH",
+        SYSTEM_PATH,
+        "--chdir",
+        "/",
+        "--as-pid-1",
+        "--info-fd",
+        str(info_write),
+        "--",
+        "/bin/bash",
+        "-c",
+        INIT_SCRIPT,
+    ]
 
 
 def _host_pids() -> list[int]:
@@ -273,6 +305,25 @@ def _memory_file(name: str, content: bytes) -> int:
     os.write(descriptor, content)
     os.lseek(descriptor, 0, os.SEEK_SET)
     return descriptor
+
+
+async def _serve_once_ready(
+    process: asyncio.subprocess.Process, info_read: int
+) -> tuple[int, int, int, LaunchServer]:
+    """Once the init runs: its pid, pidfd and root directory, and its launch server."""
+    try:
+        pid = await _await_ready(process, info_read)
+    finally:
+        os.close(info_read)
+    pidfd = os.pidfd_open(pid)
+    root_fd = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        server = await LaunchServer.start(pidfd, root_fd)
+    except BaseException:
+        os.close(pidfd)
+        os.close(root_fd)
+        raise
+    return pid, pidfd, root_fd, server
 
 
 async def _await_ready(process: asyncio.subprocess.Process, info_read: int) -> int:

@@ -12,10 +12,13 @@ from pathlib import Path, PurePosixPath
 
 from harbor.environments.options import EnvironmentOptions
 from harbor.models.trial.config import ServiceVolumeConfig
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from synth_pipelines.config import registry_hosts
 from synth_pipelines.sandbox.errors import SandboxPathError, UnsupportedTaskError
 from synth_pipelines.sandbox.filesystem import Bind
+
+DEFAULT_PIDS_MAX = 4096
 
 
 class HostSettings(BaseModel):
@@ -34,13 +37,22 @@ class HostSettings(BaseModel):
     image_cache_mb: int = Field(
         ge=0, description="The layer store's bound, pruned past after each build."
     )
+    image_registry_hosts: tuple[str, ...] = Field(
+        description="The package registries an image build's RUN steps may reach (`host` "
+        "or `host:port`), through the builder's proxy."
+    )
+
+    @field_validator("image_registry_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: object) -> object:
+        return registry_hosts(value)
 
 
 class BwrapOptions(EnvironmentOptions, HostSettings):
     """`--ek` options of the bwrap environment."""
 
     pids_max: int = Field(
-        default=4096,
+        default=DEFAULT_PIDS_MAX,
         ge=16,
         description="Most processes and threads the sandbox may hold at once (cgroup pids.max).",
     )

@@ -46,15 +46,22 @@ def mount_overlay(
     name: str, lowers: Sequence[Path], upper: Path, work: Path, *, relative_to: Path
 ) -> Path:
     """Mount `lowers` (top first) with `upper` and `work` on `mount_point(name)`."""
+    for path in (upper, work):
+        path.mkdir(parents=True, exist_ok=True)
+    return _mount(name, lowers, f"upperdir={upper},workdir={work},", relative_to=relative_to)
+
+
+def mount_read_only(name: str, lowers: Sequence[Path], *, relative_to: Path) -> Path:
+    """Mount `lowers` (top first), with nothing writable, on `mount_point(name)`."""
+    return _mount(name, lowers, "", relative_to=relative_to)
+
+
+def _mount(name: str, lowers: Sequence[Path], writable: str, *, relative_to: Path) -> Path:
     target = mount_point(name)
     _prepare_mounts_dir()
     lowerdir = ":".join(os.path.relpath(lower, relative_to) for lower in lowers)
-    options = (
-        f"lowerdir={lowerdir},upperdir={upper},workdir={work},"
-        "redirect_dir=off,metacopy=off,index=off,xino=off"
-    )
-    for path in (target, upper, work):
-        path.mkdir(parents=True, exist_ok=True)
+    options = f"lowerdir={lowerdir},{writable}redirect_dir=off,metacopy=off,index=off,xino=off"
+    target.mkdir(parents=True, exist_ok=True)
     result = subprocess.run(
         ["mount", "-t", "overlay", "overlay", "-o", options, str(target)],
         cwd=relative_to,

@@ -76,6 +76,12 @@ class SandboxRoot(Protocol):
         """Who a command of Harbor's `user` runs as (None: the root's default user)."""
         ...
 
+    def verifier_home(self, home: str, owner: Identity) -> Path | None:
+        """A host mount holding `home` as the root's image has it, writable for `owner`,
+        for a shared verifier's HOME (blocking); None: the verifier starts from an empty
+        one."""
+        ...
+
     def tear_down(self) -> None:
         """Undo what `prepare` and `lay_down` hold beyond the sandbox's directory
         (blocking); runs on every stop, whatever was done."""

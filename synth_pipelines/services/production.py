@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import glob
 import os
+import pwd
 import secrets
 import shlex
 import shutil
@@ -207,6 +208,19 @@ def _database_url(values: Mapping[str, str]) -> URL:
     from sqlalchemy.engine import make_url
 
     return make_url(values["SYNTH_DATABASE_URL"])
+
+
+def let_postgres_pass(layout: ProductionLayout, values: Mapping[str, str]) -> None:
+    """Let the deployment's own PostgreSQL, which runs as the `postgres` user when started
+    by root, through to its directory: the state directory and the deployment's are their
+    owner's alone (0700), so they are given to the server's group with passage only
+    (0710: it may pass, not list or read); every other user still has nothing."""
+    if POSTGRES not in local_servers(values) or os.geteuid() != 0:
+        return
+    group = pwd.getpwnam("postgres").pw_gid
+    for directory in (layout.root.parent, layout.root):
+        os.chown(directory, -1, group)
+        directory.chmod(0o710)
 
 
 def initialize_postgres(layout: ProductionLayout, values: Mapping[str, str]) -> bool:

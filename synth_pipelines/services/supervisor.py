@@ -3,7 +3,14 @@
 Each service runs detached in its own session with a pid file and a log file under the
 state directory, so `synth up` run twice finds what is already running instead of
 starting a second copy. The command line it was started with is kept beside the pid: a
-service running with another configuration (say another base model) is restarted.
+service running with another configuration (say another base model) is restarted. Every
+service starts with the owner-only umask (`state_locations.OWNER_ONLY_UMASK`).
+
+One process at a time starts or stops a service of a state directory: it holds the
+service's lock (`storage/pid_lock.py`) from reading the pid file until the service is
+ready or gone. Without it, two `synth up` run at once each started the service and wrote
+its pid file: the one whose copy lost the port recorded a dead pid, and the copy that
+served was left running where `synth down` could not find it.
 """
 
 from __future__ import annotations
@@ -14,11 +21,14 @@ import signal
 import socket
 import subprocess
 import time
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
+from synth_pipelines.state_locations import OWNER_ONLY_UMASK
+from synth_pipelines.storage.pid_lock import pid_lock
 from synth_pipelines.tls import client_context
 
 
@@ -38,6 +48,10 @@ class ServiceStartError(RuntimeError):
     pass
 
 
+class ServiceBusyError(RuntimeError):
+    """Another process is starting or stopping the service in this state directory."""
+
+
 def _pid_file(state_dir: Path, name: str) -> Path:
     return state_dir / "services" / f"{name}.pid"
 
@@ -48,6 +62,19 @@ def _argv_file(state_dir: Path, name: str) -> Path:
 
 def log_file(state_dir: Path, name: str) -> Path:
     return state_dir / "logs" / f"{name}.log"
+
+
+def _handled_alone(state_dir: Path, service: Service) -> AbstractContextManager[None]:
+    def busy(holder: str) -> ServiceBusyError:
+        return ServiceBusyError(
+            f"another process (pid {holder}, a `synth up` or `synth down`) is starting or "
+            f"stopping {service.name} in {state_dir}; wait for it to finish, then run this "
+            "again"
+        )
+
+    lock = state_dir / "services" / f"{service.name}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    return pid_lock(lock, busy)
 
 
 def running_pid(state_dir: Path, service: Service) -> int | None:
@@ -84,7 +111,13 @@ def healthy(service: Service) -> bool:
 
 
 def start(state_dir: Path, service: Service, cwd: Path) -> tuple[int, bool]:
-    """Start the service unless it already runs; returns (pid, started_now)."""
+    """Start the service unless it already runs; returns (pid, started_now). Refused with
+    `ServiceBusyError` while another process starts or stops it."""
+    with _handled_alone(state_dir, service):
+        return _start(state_dir, service, cwd)
+
+
+def _start(state_dir: Path, service: Service, cwd: Path) -> tuple[int, bool]:
     pid = running_pid(state_dir, service)
     if pid is not None:
         try:
@@ -94,7 +127,7 @@ def start(state_dir: Path, service: Service, cwd: Path) -> tuple[int, bool]:
         if same:
             _wait_ready(state_dir, service, pid)
             return pid, False
-        stop(state_dir, service)
+        _stop(state_dir, service)
     log = log_file(state_dir, service.name)
     log.parent.mkdir(parents=True, exist_ok=True)
     _pid_file(state_dir, service.name).parent.mkdir(parents=True, exist_ok=True)
@@ -107,6 +140,9 @@ def start(state_dir: Path, service: Service, cwd: Path) -> tuple[int, bool]:
             stdout=sink,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            # What a service writes (the Dagster daemon's and webserver's storage, the
+            # services' own files) is its owner's, whoever started it.
+            umask=OWNER_ONLY_UMASK,
         )
     _pid_file(state_dir, service.name).write_text(str(process.pid))
     _argv_file(state_dir, service.name).write_text(json.dumps(service.argv))
@@ -131,6 +167,13 @@ def _wait_ready(state_dir: Path, service: Service, pid: int) -> None:
 
 
 def stop(state_dir: Path, service: Service, timeout_sec: float = 20.0) -> bool:
+    """Stop the service if it runs; returns whether it did. Refused with
+    `ServiceBusyError` while another process starts or stops it."""
+    with _handled_alone(state_dir, service):
+        return _stop(state_dir, service, timeout_sec)
+
+
+def _stop(state_dir: Path, service: Service, timeout_sec: float = 20.0) -> bool:
     pid = running_pid(state_dir, service)
     if pid is None:
         _pid_file(state_dir, service.name).unlink(missing_ok=True)
