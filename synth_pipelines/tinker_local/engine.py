@@ -3,8 +3,10 @@
 All computation runs here, one operation at a time, so adapters can be attached to
 the shared backbone without locks and torch keeps every core for a single op.
 Exclusive operations (training, saves, loads) run in submission order; sample jobs
-wait in their own queue and those sharing the same weights are decoded as one batch.
-Between two exclusive operations at most one sampling batch runs, and vice versa.
+wait in their own queue and those sharing the same weights are decoded as one batch,
+which takes in jobs for the same weights that arrive while it runs (unless an exclusive
+operation waits) and answers each job as soon as its rows are done. Between two
+exclusive operations at most one sampling batch runs, and vice versa.
 """
 
 from __future__ import annotations
@@ -20,11 +22,9 @@ from dataclasses import dataclass
 from synth_pipelines.tinker_local.errors import UserError
 from synth_pipelines.tinker_local.lora import Adapter, LoraSlots
 from synth_pipelines.tinker_local.outcomes import Failure, Outcome
-from synth_pipelines.tinker_local.sampling import SampleJob, SampleOutput, Sampler
+from synth_pipelines.tinker_local.sampling import MAX_ROWS, SampleJob, SampleOutput, Sampler
 
 logger = logging.getLogger(__name__)
-
-MAX_BATCH_ROWS = 64
 
 
 @dataclass
@@ -102,7 +102,7 @@ class Engine:
         rest: deque[_Sampling] = deque()
         rows = 0
         for item in self._sampling:
-            fits = rows + item.job.num_samples <= MAX_BATCH_ROWS or not batch
+            fits = rows + item.job.num_samples <= MAX_ROWS or not batch
             if item.adapter is weights and fits:
                 batch.append(item)
                 rows += item.job.num_samples
@@ -112,16 +112,46 @@ class Engine:
         return batch
 
     def _run_batch(self, batch: Sequence[_Sampling]) -> None:
+        weights = batch[0].adapter
+        taken = list(batch)
+        answered: set[int] = set()
+
+        def done(index: int, output: SampleOutput) -> None:
+            answered.add(index)
+            item = taken[index]
+            item.future.set_result(_guarded(functools.partial(item.finish, output)))
+
+        def admit(room: int) -> list[SampleJob]:
+            joining = self._take_joining(weights, room)
+            taken.extend(joining)
+            return [item.job for item in joining]
+
         try:
-            self.slots.attach(batch[0].adapter)
-            outputs = self.sampler.run([item.job for item in batch])
+            self.slots.attach(weights)
+            self.sampler.serve([item.job for item in batch], done, admit)
         except Exception as error:
             failure = _failure(error)
-            for item in batch:
-                item.future.set_result(failure)
-            return
-        for item, output in zip(batch, outputs, strict=True):
-            item.future.set_result(_guarded(functools.partial(item.finish, output)))
+            for index, item in enumerate(taken):
+                if index not in answered:
+                    item.future.set_result(failure)
+
+    def _take_joining(self, weights: Adapter | None, room: int) -> list[_Sampling]:
+        """Waiting jobs that may join the running batch: for its weights, free (not
+        forced), within `room` samples; none while an exclusive operation waits."""
+        with self._wake:
+            if self._exclusive or self._stopping:
+                return []
+            joining: list[_Sampling] = []
+            rest: deque[_Sampling] = deque()
+            for item in self._sampling:
+                fits = item.job.num_samples <= room
+                if item.adapter is weights and item.job.forced is None and fits:
+                    joining.append(item)
+                    room -= item.job.num_samples
+                else:
+                    rest.append(item)
+            self._sampling = rest
+            return joining
 
     def _fail_pending(self) -> None:
         failure = Failure("the model service is shutting down; retry against a new one", "server")

@@ -3,9 +3,13 @@
 Requests that share weights are decoded together: each prompt is prefilled on its
 own (no padding, so its keys and values are exactly those of a full forward), then
 the caches are left-padded into one batch and every sample is decoded in lockstep;
-finished rows leave the batch. The logprob reported for a sampled token is the
-model's own fp32 log-probability of it (temperature 1, before top-k/top-p), which is
-what a forward pass over the same tokens computes, so on-policy importance ratios are 1.
+finished rows leave the batch, and a request is answered as soon as its own rows have
+finished. Between two steps the batch takes in requests that arrived meanwhile (`serve`),
+so a short request never waits for a long batch to end: one caller's long, concurrent
+calls once held an independent one-token call for seconds. The logprob reported for
+a sampled token is the model's own fp32 log-probability of it (temperature 1, before
+top-k/top-p), which is what a forward pass over the same tokens computes, so on-policy
+importance ratios are 1.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from synth_pipelines.tinker_local.token_logprobs import (
 )
 
 StopReason = Literal["stop", "length"]
+MAX_ROWS = 64
+"""The most samples decoded in one batch."""
 EMPTY_TOPK_LOGPROB = -99999.0
 
 
@@ -131,65 +137,30 @@ class Sampler:
         self.head = backbone.network.get_output_embeddings()
         self.next_logprobs = _MergedHead.over(self.head)
 
-    @torch.inference_mode()
     def run(self, jobs: Sequence[SampleJob]) -> list[SampleOutput]:
-        free = [job for job in jobs if job.forced is None]
-        decoded = iter(self._decode(free) if free else [])
-        return [
-            self._score_forced(job) if job.forced is not None else next(decoded) for job in jobs
-        ]
+        """Every job's output, in order, from one batch that takes in nothing else."""
+        outputs: dict[int, SampleOutput] = {}
+        self.serve(jobs, outputs.__setitem__, lambda _room: [])
+        return [outputs[index] for index in range(len(jobs))]
 
-    def _decode(self, jobs: list[SampleJob]) -> list[SampleOutput]:
-        prefills = [self._prefill(job) for job in jobs]
-        rows = [
-            _Row(
-                job=index,
-                prompt_length=len(job.prompt),
-                params=job.params,
-                generator=torch.Generator().manual_seed(_row_seed(job.params.seed, sample)),
-                topk=job.topk_sample,
-            )
-            for index, job in enumerate(jobs)
-            for sample in range(job.num_samples)
-        ]
-        cache, mask = self._batch_cache(jobs, prefills)
-        logprobs = torch.stack([prefills[row.job].next_logprobs for row in rows])
-        active = list(range(len(rows)))
-        while True:
-            chosen = choose_tokens(logprobs, [rows[i] for i in active])
-            still = self._record(rows, active, chosen, logprobs)
-            if not still:
-                break
-            if len(still) < len(active):
-                keep = torch.tensor([active.index(i) for i in still], device=self.backbone.device)
-                cache.batch_select_indices(keep)
-                chosen = chosen[keep]
-                mask = mask[keep] if mask is not None else None
-                active = still
-            if mask is not None:
-                mask = functional.pad(mask, (0, 1), value=1)
-            positions = torch.tensor(
-                [[rows[i].prompt_length + len(rows[i].tokens) - 1] for i in active],
-                device=self.backbone.device,
-            )
-            hidden = self.decoder(
-                input_ids=chosen[:, None],
-                attention_mask=mask,
-                position_ids=positions,
-                past_key_values=cache,
-                use_cache=True,
-            ).last_hidden_state
-            logprobs = self.next_logprobs(hidden[:, -1])
-        outputs = []
-        for index, prefill in enumerate(prefills):
-            outputs.append(
-                SampleOutput(
-                    [row.sequence() for row in rows if row.job == index],
-                    prefill.prompt_logprobs,
-                    prefill.prompt_topk,
-                )
-            )
-        return outputs
+    @torch.inference_mode()
+    def serve(
+        self,
+        jobs: Sequence[SampleJob],
+        done: Callable[[int, SampleOutput], None],
+        admit: Callable[[int], Sequence[SampleJob]],
+    ) -> None:
+        """Decode `jobs`, calling `done(index, output)` as each finishes; between steps,
+        `admit(room)` hands over jobs that arrived since (free ones, with at most `room`
+        samples in all), which join the batch under the next indices."""
+        free: list[tuple[int, SampleJob]] = []
+        for index, job in enumerate(jobs):
+            if job.forced is not None:
+                done(index, self._score_forced(job))
+            else:
+                free.append((index, job))
+        if free:
+            _Batch(self, free, done, admit, len(jobs)).decode()
 
     def _record(
         self, rows: list[_Row], active: list[int], chosen: torch.Tensor, logprobs: torch.Tensor
@@ -331,6 +302,161 @@ class Sampler:
                     tokens[:prompt_length], hidden[:prompt_length], job.scoring
                 )
         return SampleOutput(sequences, prompt_logprobs, prompt_topk)
+
+
+class _Batch:
+    """Rows decoding in lockstep, from the jobs given at the start and those admitted
+    between steps; each job is answered once its last row has stopped."""
+
+    def __init__(
+        self,
+        sampler: Sampler,
+        jobs: list[tuple[int, SampleJob]],
+        done: Callable[[int, SampleOutput], None],
+        admit: Callable[[int], Sequence[SampleJob]],
+        next_index: int,
+    ):
+        self.sampler = sampler
+        self.done = done
+        self.admit = admit
+        self.next_index = next_index
+        self.rows: list[_Row] = []
+        self.prefills: dict[int, _Prefill] = {}
+        self.unfinished: dict[int, int] = {}
+        self._start(jobs)
+
+    def _start(self, jobs: list[tuple[int, SampleJob]]) -> None:
+        """A batch of `jobs` alone, their caches left-padded to the longest prompt."""
+        prefills = [self.sampler._prefill(job) for _, job in jobs]
+        self.cache, self.mask = self.sampler._batch_cache([job for _, job in jobs], prefills)
+        self.active = self._add_rows(jobs, prefills)
+        self.logprobs = torch.stack(
+            [self.prefills[self.rows[i].job].next_logprobs for i in self.active]
+        )
+
+    def _add_rows(self, jobs: list[tuple[int, SampleJob]], prefills: list[_Prefill]) -> list[int]:
+        added = []
+        for (index, job), prefill in zip(jobs, prefills, strict=True):
+            self.prefills[index] = prefill
+            self.unfinished[index] = job.num_samples
+            for sample in range(job.num_samples):
+                added.append(len(self.rows))
+                self.rows.append(
+                    _Row(
+                        job=index,
+                        prompt_length=len(job.prompt),
+                        params=job.params,
+                        generator=torch.Generator().manual_seed(_row_seed(job.params.seed, sample)),
+                        topk=job.topk_sample,
+                    )
+                )
+        return added
+
+    def decode(self) -> None:
+        sampler, device = self.sampler, self.sampler.backbone.device
+        while True:
+            rows = self.rows
+            chosen = choose_tokens(self.logprobs, [rows[i] for i in self.active])
+            still = sampler._record(rows, self.active, chosen, self.logprobs)
+            for index in self.active:
+                if rows[index].stop_reason is not None:
+                    self._row_finished(rows[index].job)
+            arrived = list(self.admit(MAX_ROWS - len(still)))
+            if still:
+                if len(still) < len(self.active):
+                    keep = torch.tensor([self.active.index(i) for i in still], device=device)
+                    self.cache.batch_select_indices(keep)
+                    chosen = chosen[keep]
+                    self.mask = self.mask[keep] if self.mask is not None else None
+                self.active = still
+                if self.mask is not None:
+                    self.mask = functional.pad(self.mask, (0, 1), value=1)
+                positions = torch.tensor(
+                    [[rows[i].prompt_length + len(rows[i].tokens) - 1] for i in self.active],
+                    device=device,
+                )
+                hidden = sampler.decoder(
+                    input_ids=chosen[:, None],
+                    attention_mask=self.mask,
+                    position_ids=positions,
+                    past_key_values=self.cache,
+                    use_cache=True,
+                ).last_hidden_state
+                self.logprobs = sampler.next_logprobs(hidden[:, -1])
+            if not arrived:
+                if not still:
+                    return
+                continue
+            jobs = [(self.next_index + offset, job) for offset, job in enumerate(arrived)]
+            self.next_index += len(arrived)
+            if still:
+                self._join(jobs)
+            else:
+                self._start(jobs)
+
+    def _join(self, jobs: list[tuple[int, SampleJob]]) -> None:
+        """Left-pad the running batch's cache and the new prompts' to one width, and
+        decode them together from the next step."""
+        prefills = [self.sampler._prefill(job) for _, job in jobs]
+        running = layer_states(self.cache)
+        length, count = running[0][0].shape[2], running[0][0].shape[0]
+        width = max(length, *(len(job.prompt) for _, job in jobs))
+        stored = [layer_states(prefill.cache) for prefill in prefills]
+        cache = DynamicCache(config=self.sampler.backbone.network.config)
+        for layer, (keys, values) in enumerate(running):
+            new_keys, new_values = (
+                [functional.pad(keys, (0, 0, width - length, 0))],
+                [functional.pad(values, (0, 0, width - length, 0))],
+            )
+            for (_, job), states in zip(jobs, stored, strict=True):
+                pad = (0, 0, width - len(job.prompt), 0)
+                new_keys.append(
+                    functional.pad(states[layer][0], pad).repeat_interleave(job.num_samples, 0)
+                )
+                new_values.append(
+                    functional.pad(states[layer][1], pad).repeat_interleave(job.num_samples, 0)
+                )
+            cache.update(torch.cat(new_keys), torch.cat(new_values), layer)
+        device = self.sampler.backbone.device
+        mask = (
+            self.mask
+            if self.mask is not None
+            else torch.ones(count, length, dtype=torch.long, device=device)
+        )
+        masks = [functional.pad(mask, (width - length, 0), value=0)]
+        for _, job in jobs:
+            masks.append(
+                torch.cat(
+                    [
+                        torch.zeros(job.num_samples, width - len(job.prompt), dtype=torch.long),
+                        torch.ones(job.num_samples, len(job.prompt), dtype=torch.long),
+                    ],
+                    dim=1,
+                ).to(device)
+            )
+        self.cache, self.mask = cache, torch.cat(masks)
+        added = self._add_rows(jobs, prefills)
+        self.active = [*self.active, *added]
+        self.logprobs = torch.cat(
+            [
+                self.logprobs,
+                torch.stack([self.prefills[self.rows[i].job].next_logprobs for i in added]),
+            ]
+        )
+
+    def _row_finished(self, job: int) -> None:
+        self.unfinished[job] -= 1
+        if self.unfinished[job]:
+            return
+        prefill = self.prefills[job]
+        self.done(
+            job,
+            SampleOutput(
+                [row.sequence() for row in self.rows if row.job == job],
+                prefill.prompt_logprobs,
+                prefill.prompt_topk,
+            ),
+        )
 
 
 class _MergedHead:
