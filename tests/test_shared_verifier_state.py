@@ -16,7 +16,15 @@ from __future__ import annotations
 import secrets
 
 import pytest
-from sandbox_support import isolated_state, make_task, requires_cgroups, run_trial
+from harbor.models.trial.config import EnvironmentConfig
+from sandbox_support import (
+    IMPORT_PATH,
+    host_settings,
+    isolated_state,
+    make_task,
+    requires_cgroups,
+    run_trial,
+)
 
 PLANTING_SOLVE_SH = """\
 #!/bin/bash
@@ -96,3 +104,47 @@ def test_a_verifier_on_an_image_starts_from_the_images_home_not_the_agents(sandb
     home, marker, writable = (verifier / "home.txt").read_text().split()
     assert home.startswith("/tmp/.verifier-home-")
     assert (marker, writable) == ("image", "writable")
+
+
+BESIDE_A_MOUNT_SOLVE_SH = """\
+#!/bin/bash
+echo planted > /tmp/platform/planted
+mkdir -p /tmp/platform/nested && echo planted > /tmp/platform/nested/planted
+echo planted > /tmp/planted
+echo "$GREETING" > /app/hello.txt
+"""
+BESIDE_A_MOUNT_TEST_SH = """\
+#!/bin/bash
+ls -AR /tmp > /logs/verifier/listing.txt 2>&1
+if [ "$(cat /tmp/platform/runtime/tool.txt)" = tool ] && [ "$(cat /app/hello.txt)" = hello ]; then
+  echo 1; else echo 0; fi > /logs/verifier/reward.txt
+"""
+
+
+def test_what_the_platform_mounted_under_tmp_outlives_the_reset_and_nothing_beside_it(
+    sandbox_state, tmp_path
+):
+    """A checkout in the system temp directory binds the harness's runtime under `/tmp`:
+    the reset must empty `/tmp` around that mount, not fail on it (which would turn every
+    honest attempt into an assessed 0)."""
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    (runtime / "tool.txt").write_text("tool\n")
+    task = make_task(
+        tmp_path,
+        "mount-under-tmp",
+        solve_sh=BESIDE_A_MOUNT_SOLVE_SH,
+        test_sh=BESIDE_A_MOUNT_TEST_SH,
+        verifier_mode="shared",
+    )
+    settings = host_settings().model_dump(mode="json")
+    environment = EnvironmentConfig(
+        import_path=IMPORT_PATH,
+        kwargs={**settings, "read_only_binds": [f"{runtime}:/tmp/platform/runtime"]},
+    )
+    result = run_trial(task, tmp_path / "trials", "oracle", environment=environment)
+    assert result.exception_info is None, result.exception_info
+    assert result.verifier_result.rewards == {"reward": 1.0}
+    listing = (tmp_path / "trials" / result.trial_name / "verifier" / "listing.txt").read_text()
+    assert "planted" not in listing and "nested" not in listing, listing
+    assert "tool.txt" in listing

@@ -18,7 +18,6 @@ import asyncio
 import itertools
 import re
 import secrets
-import shlex
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -72,11 +71,7 @@ from synth_pipelines.sandbox.storage import (
     can_mount_sized_filesystem,
 )
 from synth_pipelines.sandbox.transfers import Transfers
-from synth_pipelines.sandbox.verification_reset import (
-    SCRATCH_DIRS,
-    VERIFIER_HOMES,
-    verifier_home_dir,
-)
+from synth_pipelines.sandbox.verification_reset import scratch_reset_script, verifier_home_dir
 
 
 class BwrapEnvironment(BaseEnvironment):
@@ -313,11 +308,9 @@ class BwrapEnvironment(BaseEnvironment):
         emptied_dirs = [paths.verifier_dir]
         if self._enable_environment_dir_upload:
             emptied_dirs.append(paths.tests_dir)
-        command = " && ".join(
-            [
-                self._empty_dirs_command(emptied_dirs),
-                *(_emptied_scratch(directory) for directory in SCRATCH_DIRS),
-            ]
+        mounted = [str(bind.target) for bind in self._root.filesystem.binds]
+        command = (
+            f"{self._empty_dirs_command(emptied_dirs)} || exit 1\n{scratch_reset_script(mounted)}"
         )
         emptied = await self._as_file_root(init, command)
         if emptied.return_code != 0:
@@ -456,17 +449,6 @@ class BwrapEnvironment(BaseEnvironment):
 
     def _storage_bound(self) -> int | None:
         return self._storage.size_mb if self._storage is not None else None
-
-
-def _emptied_scratch(directory: str) -> str:
-    """Empty a scratch directory the image has (sticky and world-writable, as before),
-    but for an earlier verifier's homes, which are mounts."""
-    quoted = shlex.quote(directory)
-    return (
-        f"{{ [ -L {quoted} ] || [ ! -d {quoted} ] || "
-        f"{{ find {quoted} -mindepth 1 -maxdepth 1 ! -name '{VERIFIER_HOMES}*' "
-        f"-exec rm -rf -- {{}} + && chmod 1777 {quoted}; }}; }}"
-    )
 
 
 async def _attempted(step: Callable[[], object]) -> list[str]:

@@ -11,7 +11,10 @@ agent's. Before the verifier starts (`BwrapEnvironment.end_agent_phase`):
   tests: a `conftest.py` or a script the agent planted there would run with them) are
   emptied;
 - the scratch directories below are emptied: files the agent left there (sockets,
-  named pipes, modules on a `sys.path` entry a test adds, lock files) are gone;
+  named pipes, modules on a `sys.path` entry a test adds, lock files) are gone; what
+  the platform mounted there (a host bind under `/tmp`, as a checkout in the system
+  temp directory gives the harness's runtime, and earlier verifiers' homes) stays, with
+  the directories that lead to it;
 - these resets run as root over the sandbox's files (`identity.FILE_ROOT`), so a
   read-only directory or a file the agent made unreadable cannot stop them (before,
   that left the verifier's reset failing and the attempt out of pass@1);
@@ -39,6 +42,9 @@ the image and receives only the task's declared artifacts.
 
 from __future__ import annotations
 
+import shlex
+from collections.abc import Sequence
+
 SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 
 
@@ -50,3 +56,36 @@ def verifier_home_dir(verification: int, uid: int) -> str:
     (a new one each time: an earlier one stays mounted, out of use, as the next step's
     agent left it)."""
     return f"/tmp/{VERIFIER_HOMES}{verification}-{uid}"
+
+
+def scratch_reset_script(mounted: Sequence[str]) -> str:
+    """A bash script that empties each of `SCRATCH_DIRS` the sandbox has (kept sticky and
+    world-writable), but for the paths in `mounted` and the directories leading to them,
+    and for earlier verifiers' homes in `/tmp`; exit status 1 when something it had to
+    remove could not be."""
+    protected = " ".join(shlex.quote(path) for path in mounted)
+    return f"""shopt -s dotglob nullglob
+mounted=({protected})
+clear_but_mounts() {{
+  local entry path keep descend
+  for entry in "$1"/*; do
+    keep= descend=
+    case "$entry" in /tmp/{VERIFIER_HOMES}*) continue ;; esac
+    for path in "${{mounted[@]}}"; do
+      if [ "$entry" = "$path" ]; then keep=1
+      elif [ "${{path#"$entry"/}}" != "$path" ]; then descend=1; fi
+    done
+    if [ -n "$keep" ]; then continue; fi
+    if [ -n "$descend" ] && [ -d "$entry" ] && [ ! -L "$entry" ]; then
+      clear_but_mounts "$entry" || return 1
+    else
+      rm -rf -- "$entry" || return 1
+    fi
+  done
+}}
+for scratch in {" ".join(SCRATCH_DIRS)}; do
+  if [ -d "$scratch" ] && [ ! -L "$scratch" ]; then
+    clear_but_mounts "$scratch" && chmod 1777 "$scratch" || exit 1
+  fi
+done
+"""
