@@ -27,7 +27,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+from benchmarks.baseline_tree import PROJECT_ROOT, baseline_tree, remove_tree
+
 WAYS = ("host root", "cached image", "new RUN step")
 HOST_DOCKERFILE = "FROM python:3.11-slim\nWORKDIR /app\nENV GREETING=hello\n"
 IMAGE_DOCKERFILE = (
@@ -118,16 +119,6 @@ def _trial(tree: Path, task: Path, work: Path) -> float:
     return float(found["seconds"])
 
 
-def _worktree(commit: str, into: Path) -> Path:
-    tree = into / "baseline"
-    subprocess.run(
-        ["git", "-C", str(PROJECT_ROOT), "worktree", "add", "--detach", str(tree), commit],
-        check=True,
-        capture_output=True,
-    )
-    return tree
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", default="HEAD", help="the commit to compare against")
@@ -135,7 +126,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="attempt-cost-") as scratch:
         root = Path(scratch)
-        baseline = _worktree(args.baseline, root)
+        baseline = baseline_tree(args.baseline, root)
         trees = {"baseline": baseline, "current": PROJECT_ROOT}
         seconds: dict[str, dict[str, list[float]]] = {
             name: {way: [] for way in WAYS} for name in trees
@@ -157,11 +148,7 @@ def main() -> None:
                         seconds[name][way].append(_trial(tree, task, work))
                 print(f"rep {rep + 1}/{args.reps} done", file=sys.stderr)
         finally:
-            subprocess.run(
-                ["git", "-C", str(PROJECT_ROOT), "worktree", "remove", "--force", str(baseline)],
-                check=False,
-                capture_output=True,
-            )
+            remove_tree(baseline)
     print(f"one shared-verifier oracle trial, median of {args.reps} (baseline {args.baseline})")
     print(f"{'way':<14} {'baseline s':>11} {'current s':>10} {'ratio':>7}")
     for way in WAYS:

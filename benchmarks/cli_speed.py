@@ -24,6 +24,7 @@ from pathlib import Path
 
 from sqlalchemy import Engine
 
+from benchmarks.baseline_tree import PROJECT_ROOT, baseline_tree, remove_tree
 from benchmarks.trivial_tasks import task_name, write_task
 from synth_pipelines.config import Settings
 from synth_pipelines.contracts.assessment import Assessment
@@ -36,7 +37,6 @@ from synth_pipelines.control.table_outputs import store_table, tally_batch
 from synth_pipelines.registry.datasets import get_dataset, publish_dataset
 from synth_pipelines.storage.objectstore import ObjectStore, open_object_store
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 BASELINE = "21b08e3713211ebd2476ce3bf3083983d0dbe426"
 """The commit before the per-batch tallies and the lazy CLI imports."""
 
@@ -136,24 +136,6 @@ def _store_batch(
         for o in outcomes
     ]
     store_table(engine, store, "assessments", key, Assessment.to_table(judged))
-
-
-def _baseline_tree(commit: str, into: Path) -> Path:
-    tree = into / "baseline"
-    subprocess.run(
-        ["git", "-C", str(PROJECT_ROOT), "worktree", "add", "--detach", str(tree), commit],
-        check=True,
-        capture_output=True,
-    )
-    return tree
-
-
-def _remove_tree(tree: Path) -> None:
-    subprocess.run(
-        ["git", "-C", str(PROJECT_ROOT), "worktree", "remove", "--force", str(tree)],
-        check=True,
-        capture_output=True,
-    )
 
 
 def _compile(tree: Path) -> None:
@@ -273,7 +255,7 @@ def main() -> None:
             f"recorded {run_id}: {args.batches} batches x {args.attempts} attempts "
             f"in {time.perf_counter() - started:.1f}s"
         )
-        baseline = _baseline_tree(args.baseline, work)
+        baseline = baseline_tree(args.baseline, work)
         try:
             for tree in (PROJECT_ROOT, baseline):
                 if _which_tree(tree) != tree.resolve():
@@ -281,7 +263,7 @@ def main() -> None:
                 _compile(tree)
             measured = _measure({"current": PROJECT_ROOT, "baseline": baseline}, run_id, args.reps)
         finally:
-            _remove_tree(baseline)
+            remove_tree(baseline)
 
     current, base = measured["current"], measured["baseline"]
     print(f"baseline: {args.baseline}; {args.reps} repetitions each")

@@ -70,13 +70,13 @@ def test_a_pth_file_the_agent_left_in_its_user_site_cannot_pass_an_honest_check(
 
 IMAGE_DOCKERFILE = """\
 FROM python:3.11-slim
-RUN echo {nonce} > /nonce && mkdir -p /root/.config && echo image > /root/.config/marker
+RUN echo {nonce} > /nonce && mkdir -p ~root/.config && echo image > ~root/.config/marker
 WORKDIR /app
 COPY seed.txt /app/
 ENV GREETING=hello
 """
 TAMPERING_SOLVE_SH = PLANTING_SOLVE_SH.replace(
-    "echo wrong > /app/hello.txt", "echo agent > /root/.config/marker\necho wrong > /app/hello.txt"
+    "echo wrong > /app/hello.txt", "echo agent > ~root/.config/marker\necho wrong > /app/hello.txt"
 )
 HOME_TEST_SH = CHECKING_TEST_SH.replace(
     "> /logs/verifier/listing.txt 2>&1",

@@ -34,7 +34,7 @@ kill above left no agent process to inherit from, signal or trace it.
 What stays: the work itself, and whatever else the agent's user could write outside
 its home. An agent that runs as root (most images' default user) could rewrite the
 image's own tools (system site-packages, `/usr/local/bin`, `/etc`), and a tool the
-image put on `PATH` by its home's absolute path (`/root/.local/bin`) is found where the
+image put on `PATH` by its home's absolute path (a `.local/bin` in root's home) is found where the
 agent left it. A task whose verdict must not depend on those grades in a separate
 verifier environment (`[verifier] environment_mode = "separate"`), which starts from
 the image and receives only the task's declared artifacts.
