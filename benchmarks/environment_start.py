@@ -4,7 +4,9 @@ For each task of `datasets/repos/`, one run measures both environments, one afte
 other on the same host: the local bwrap sandbox (`BwrapEnvironment`, the baseline, the
 `local` provider) and Harbor's docker environment on the platform's Docker daemon
 (`OfflineDockerEnvironment`, the `docker` provider). A start is the environment's
-`start()` (build the task's image, start it) until a first `exec("true")` returns:
+`start()` (build the task's image, start it) until a first `exec("true")` returns. Both
+build with the platform's isolated image builder; the docker environment then imports
+the built root into the daemon (`docker import`, once per image) and Compose starts it:
 
 - cold: an empty image cache (no layers; for Docker a daemon with an empty data root,
   started before the clock starts), holding only the base's root filesystem tarball
@@ -37,11 +39,12 @@ from harbor.models.task.task import Task
 from harbor.models.trial.paths import TrialPaths
 
 from synth_pipelines.config import Settings
-from synth_pipelines.runtime.docker_environment import OfflineDockerEnvironment, base_references
-from synth_pipelines.sandbox.bases import BaseImages, resolve_base
+from synth_pipelines.runtime.docker_environment import OfflineDockerEnvironment
+from synth_pipelines.sandbox.bases import BASE_ENV, BaseImages, resolve_base
 from synth_pipelines.sandbox.bwrap import BwrapEnvironment
+from synth_pipelines.sandbox.dockerfile import read_dockerfile
 from synth_pipelines.sandbox.layers import LayerStore
-from synth_pipelines.sandbox.options import HostSettings
+from synth_pipelines.sandbox.options import HostSettings, ImageCacheOptions
 from synth_pipelines.services.dockerd import DockerDaemon
 
 TASKS = Path(__file__).resolve().parent.parent / "datasets" / "repos"
@@ -58,9 +61,8 @@ def environment(kind: str, task: Path, trial_dir: Path) -> BaseEnvironment:
     host = Settings()
     on_host = (
         {
-            "images_dir": host.images_dir,
             "project_root": host.project_root,
-            "debian_mirror": host.debian_mirror,
+            **ImageCacheOptions.model_validate(host, from_attributes=True).model_dump(),
         }
         if kind == "docker"
         else HostSettings.model_validate(host, from_attributes=True).model_dump()
@@ -81,8 +83,8 @@ def environment(kind: str, task: Path, trial_dir: Path) -> BaseEnvironment:
 async def base_tarball(task: Path) -> Path:
     """The task's base as a root filesystem tarball, from the configured image cache
     (made there once with mmdebstrap if it is not)."""
-    (reference,) = base_references(task / "environment" / "Dockerfile")
-    base = resolve_base(reference, task=task.name)
+    recipe = read_dockerfile(task / "environment" / "Dockerfile", task=task.name, base_env=BASE_ENV)
+    base = resolve_base(recipe.base_image, task=task.name)
     images_dir = Settings().images_dir
     images = BaseImages(images_dir, LayerStore(images_dir / "layers"), Settings().debian_mirror)
     return await images.tarball(base)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -65,3 +68,27 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     engine_for.cache_clear()
     yield tmp_path / "state"
     engine_for.cache_clear()
+
+
+@pytest.fixture
+def host_listener() -> Iterator[tuple[int, list[str]]]:
+    """A TCP listener on the host's loopback (its port), and what connected to it."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[str] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                connection, peer = listener.accept()
+            except OSError:
+                return
+            accepted.append(str(peer))
+            connection.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n")
+            connection.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield listener.getsockname()[1], accepted
+    listener.shutdown(socket.SHUT_RDWR)  # wakes the accept
+    listener.close()
+    thread.join(timeout=5)

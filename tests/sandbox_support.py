@@ -1,8 +1,10 @@
-"""Tiny Harbor tasks and bwrap environments built by the sandbox tests themselves."""
+"""Tiny Harbor tasks and the environments (bwrap, Harbor's docker) built by the sandbox tests
+themselves."""
 
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,9 +18,10 @@ from harbor.models.trial.paths import TrialPaths
 from harbor.models.trial.result import TrialResult
 
 from synth_pipelines.config import Settings
+from synth_pipelines.runtime.docker_environment import OfflineDockerEnvironment
 from synth_pipelines.sandbox.bwrap import BwrapEnvironment
 from synth_pipelines.sandbox.limits import PARENT_NAME, detect_hierarchy
-from synth_pipelines.sandbox.options import HostSettings
+from synth_pipelines.sandbox.options import HostSettings, ImageCacheOptions
 from synth_pipelines.sandbox.verification import isolate_verification
 
 IMPORT_PATH = "synth_pipelines.sandbox.bwrap:BwrapEnvironment"
@@ -44,6 +47,20 @@ TEST_SH = """\
 if [ "$(cat /app/hello.txt 2>/dev/null)" = hello ]; then echo 1; else echo 0; fi \\
   > /logs/verifier/reward.txt
 """
+
+PROBE_BASE = "python:3.11-slim"
+# Reaches for the host's loopback directly, and through the step's proxy settings.
+PROBE = (
+    "RUN {{ python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 3)' "
+    "&& echo 'direct: reached' || echo 'direct: refused'; }} > /probe.txt 2>&1 && "
+    "{{ python3 -c 'import urllib.request as u; u.urlopen(\"http://127.0.0.1:{port}/\", None, 5)' "
+    "&& echo 'proxied: reached' || echo 'proxied: refused'; }} >> /probe.txt 2>&1\n"
+)
+REGISTRIES = (
+    "RUN pip install --no-cache-dir six==1.17.0 && apt-get update && "
+    "apt-get install -y --no-install-recommends patch && rm -rf /var/lib/apt/lists/*\n"
+)
+
 
 requires_cgroups = pytest.mark.skipif(
     detect_hierarchy() is None, reason="no writable cgroup hierarchy on this host"
@@ -98,6 +115,25 @@ def make_environment(task: Path, trial_dir: Path, **overrides) -> BwrapEnvironme
         trial_paths=paths,
         task_env_config=config.environment,
         **options,
+    )
+
+
+def make_docker_environment(task: Path, trial_dir: Path, **policies) -> OfflineDockerEnvironment:
+    """Harbor's docker environment on the platform's daemon, as the `docker` provider
+    constructs it (`runtime/harbor_trials.py`)."""
+    config = TaskToml.model_validate_toml((task / "task.toml").read_text())
+    paths = TrialPaths(trial_dir)
+    paths.mkdir()
+    settings = Settings()
+    return OfflineDockerEnvironment(
+        environment_dir=task / "environment",
+        environment_name=task.name,
+        session_id=f"{trial_dir.name}__env",
+        trial_paths=paths,
+        task_env_config=config.environment,
+        project_root=settings.project_root,
+        **ImageCacheOptions.model_validate(settings, from_attributes=True).model_dump(),
+        **policies,
     )
 
 
@@ -191,3 +227,23 @@ def wait_for_processes(marker: str, count: int, timeout: float = 30.0) -> list[i
         return sorted(found) if len(found) >= count else []
 
     return wait_for(named, timeout)
+
+
+def image_task(root: Path, steps: str, *, environment_toml: str = "") -> Path:
+    """A task whose image starts from a nonce step, so its layers are new to any cache
+    (the base, the expensive part, is shared)."""
+    dockerfile = f"FROM {PROBE_BASE}\nRUN echo {secrets.token_hex(8)} > /nonce\n{steps}"
+    extra = f"[environment]\n{environment_toml}" if environment_toml else ""
+    return make_task(root, "build-probe", dockerfile=dockerfile, extra_toml=extra)
+
+
+def start_and_run(environment, command: str) -> str:
+    async def go() -> str:
+        await environment.start(force_build=False)
+        try:
+            result = await environment.exec(command)
+            return (result.stdout or "") + (result.stderr or "")
+        finally:
+            await environment.stop(delete=True)
+
+    return asyncio.run(go())

@@ -1,7 +1,8 @@
 """A plan's `environment.provider = "docker"` runs a task with Harbor's own docker
 environment on the platform's Docker daemon (a real dockerd, installed from Debian by
-`make setup`): Compose builds the task's Dockerfile from a base imported from the local
-builder's, nothing is pulled, and what only Docker Hub's images could enforce is refused."""
+`make setup`): the platform's isolated builder builds the task's Dockerfile, the daemon
+runs the imported image and builds nothing, nothing is pulled, and what only Docker
+Hub's images could enforce is refused."""
 
 from __future__ import annotations
 
@@ -12,19 +13,27 @@ from pathlib import Path
 
 import pytest
 from harbor.models.task.config import NetworkMode, NetworkPolicy
-from harbor.models.task.task import Task
-from harbor.models.trial.paths import TrialPaths
-from sandbox_support import isolated_state, run_trial
+from sandbox_support import (
+    PROBE,
+    REGISTRIES,
+    image_task,
+    isolated_state,
+    make_docker_environment,
+    make_task,
+    requires_cgroups,
+    run_trial,
+    start_and_run,
+)
 
 from synth_pipelines.config import Settings
 from synth_pipelines.contracts.plan import EnvironmentChoice, ExecutionSettings
 from synth_pipelines.runtime.docker_environment import (
+    BUILT_REPOSITORY,
     IMPORT_PATH,
-    OfflineDockerEnvironment,
     UnsupportedTaskError,
-    base_references,
 )
 from synth_pipelines.runtime.harbor_trials import environment_config
+from synth_pipelines.sandbox.errors import MemoryLimitExceededError
 from synth_pipelines.services.dockerd import DockerDaemon
 
 REPOS = Path(__file__).resolve().parent.parent / "datasets" / "repos"
@@ -48,36 +57,9 @@ def dockerd():
         docker.stop()
 
 
-def docker_environment(task: Path, trial_dir: Path, **policies) -> OfflineDockerEnvironment:
-    paths = TrialPaths(trial_dir)
-    paths.mkdir()
-    config = Settings()
-    return OfflineDockerEnvironment(
-        environment_dir=task / "environment",
-        environment_name=task.name,
-        session_id=f"{trial_dir.name}__env",
-        trial_paths=paths,
-        task_env_config=Task(task).config.environment,
-        images_dir=config.images_dir,
-        project_root=config.project_root,
-        debian_mirror=config.debian_mirror,
-        **policies,
-    )
-
-
 def test_the_docker_provider_selects_harbors_docker_environment():
     settings = ExecutionSettings(environment=EnvironmentChoice(provider="docker"))
     assert environment_config(settings, Settings()).import_path == IMPORT_PATH
-
-
-def test_the_bases_of_a_multi_stage_dockerfile_skip_its_own_stages(tmp_path):
-    dockerfile = tmp_path / "Dockerfile"
-    dockerfile.write_text(
-        "FROM debian:bookworm AS tools\nRUN true\n"
-        "FROM python:3.11-slim\nCOPY --from=tools /etc/hostname /x\n"
-        "FROM tools\nFROM scratch\n"
-    )
-    assert base_references(dockerfile) == ["debian:bookworm", "python:3.11-slim"]
 
 
 @pytest.mark.parametrize(
@@ -104,22 +86,113 @@ def test_what_only_the_egress_sidecar_enforces_is_refused_before_anything_starts
     tmp_path, policies, reason
 ):
     with pytest.raises(UnsupportedTaskError) as refused:
-        docker_environment(TASK, tmp_path / "trial", **policies)
+        make_docker_environment(TASK, tmp_path / "trial", **policies)
     message = str(refused.value)
     assert "\n" not in message and TASK.name in message and reason in message
     assert "Docker Hub" in message
 
 
-@pytest.mark.slow
-def test_a_base_no_builder_can_make_offline_is_refused_naming_it(tmp_path, dockerd):
-    task = tmp_path / "ubuntu-task"
+def test_a_compose_service_the_daemon_would_build_is_refused_naming_it(tmp_path):
+    task = tmp_path / "compose-build"
     shutil.copytree(TASK, task)
-    (task / "environment" / "Dockerfile").write_text("FROM ubuntu:24.04\nRUN true\n")
-    environment = docker_environment(task, tmp_path / "trial")
+    (task / "environment" / "docker-compose.yaml").write_text(
+        "services:\n  helper:\n    build:\n      context: ./helper\n"
+    )
+    with pytest.raises(UnsupportedTaskError) as refused:
+        make_docker_environment(task, tmp_path / "trial")
+    message = str(refused.value)
+    assert "\n" not in message and "helper (docker-compose.yaml)" in message
+    assert "host's network" in message
+
+
+@pytest.mark.parametrize(
+    ("dockerfile", "named"),
+    [
+        ("FROM ubuntu:24.04\nRUN true\n", "ubuntu:24.04"),
+        (
+            "FROM debian:bookworm AS tools\nRUN true\n"
+            "FROM python:3.11-slim\nCOPY --from=tools /etc/hostname /x\n",
+            "multi-stage",
+        ),
+    ],
+    ids=["unknown-base", "multi-stage"],
+)
+def test_a_dockerfile_the_platforms_builder_cannot_build_is_refused_before_the_daemon(
+    tmp_path, dockerfile, named
+):
+    task = tmp_path / "refused-task"
+    shutil.copytree(TASK, task)
+    (task / "environment" / "Dockerfile").write_text(dockerfile)
+    environment = make_docker_environment(task, tmp_path / "trial")
     with pytest.raises(UnsupportedTaskError) as refused:
         asyncio.run(environment.start(force_build=False))
     message = str(refused.value)
-    assert "\n" not in message and "ubuntu:24.04" in message and "debian:bookworm" in message
+    assert "\n" not in message and named in message
+    assert "Harbor's docker environment" in message and "bwrap" not in message
+
+
+# Before, Compose built the Dockerfile on the daemon, with `build.network: host`: a RUN
+# step reached every service on the host's loopback, outside any cgroup and without the
+# seccomp filter.
+@pytest.mark.slow
+def test_a_build_step_reaches_the_registries_but_not_the_hosts_loopback(
+    tmp_path, dockerd, host_listener
+):
+    port, accepted = host_listener
+    task = image_task(tmp_path, PROBE.format(port=port) + REGISTRIES)
+    output = start_and_run(
+        make_docker_environment(task, tmp_path / "trial"),
+        "cat /probe.txt; python3 -c 'import six; print(six.__version__)'",
+    )
+    assert accepted == []
+    assert "direct: refused" in output
+    assert "proxied: refused" in output and "403" in output
+    assert "1.17.0" in output
+
+
+@pytest.mark.slow
+@requires_cgroups
+def test_a_build_step_past_the_memory_limit_fails_naming_it(tmp_path, dockerd):
+    task = image_task(
+        tmp_path,
+        "RUN python3 -c \"block = b'x' * (256 * 2**20); print(len(block))\"\n",
+        environment_toml="memory_mb = 64\n",
+    )
+    with pytest.raises(MemoryLimitExceededError) as failed:
+        start_and_run(make_docker_environment(task, tmp_path / "trial"), "true")
+    message = str(failed.value)
+    assert "memory limit of 64 MB" in message and "Dockerfile line 3" in message
+
+
+@pytest.mark.slow
+def test_a_built_image_runs_with_its_dockerfiles_env_workdir_user_and_owners(tmp_path, dockerd):
+    task = make_task(
+        tmp_path,
+        "docker-image-config",
+        dockerfile=(
+            "FROM python:3.11-slim\n"
+            "RUN useradd --create-home --uid 1234 builder && mkdir /work && "
+            "chown builder /work && rm -rf /usr/share/doc\n"
+            "ENV PROBE='two words \"quoted\"'\n"
+            "WORKDIR /work\nUSER builder\n"
+        ),
+    )
+    environment = make_docker_environment(task, tmp_path / "trial")
+
+    async def go() -> str:
+        await environment.start(force_build=False)
+        try:
+            result = await environment.exec(
+                'printf "%s|" "$PROBE" "$(pwd)" "$(id -un)" "$(stat -c %U /work)" '
+                '"$(stat -c %U /etc/passwd)"; test -e /usr/share/doc && echo doc || echo no-doc'
+            )
+            return result.stdout or ""
+        finally:
+            await environment.stop(delete=True)
+
+    output = asyncio.run(go())
+    assert output.strip() == 'two words "quoted"|/work|builder|builder|root|no-doc'
+    assert f"{BUILT_REPOSITORY}:" in environment.task_env_config.docker_image
 
 
 @pytest.mark.slow

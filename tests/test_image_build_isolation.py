@@ -9,80 +9,24 @@ processes and disk past the task's limits.
 
 from __future__ import annotations
 
-import asyncio
-import secrets
-import socket
-import threading
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
-from sandbox_support import isolated_state, make_environment, make_task, requires_cgroups
+from sandbox_support import (
+    PROBE,
+    REGISTRIES,
+    image_task,
+    isolated_state,
+    make_environment,
+    requires_cgroups,
+    start_and_run,
+)
 
 from synth_pipelines.sandbox.errors import MemoryLimitExceededError, TaskDefinitionError
 from synth_pipelines.sandbox.storage import can_mount_sized_filesystem
-
-BASE = "python:3.11-slim"
-# Reaches for the host's loopback directly, and through the step's proxy settings.
-PROBE = (
-    "RUN {{ python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 3)' "
-    "&& echo 'direct: reached' || echo 'direct: refused'; }} > /probe.txt 2>&1 && "
-    "{{ python3 -c 'import urllib.request as u; u.urlopen(\"http://127.0.0.1:{port}/\", None, 5)' "
-    "&& echo 'proxied: reached' || echo 'proxied: refused'; }} >> /probe.txt 2>&1\n"
-)
-REGISTRIES = (
-    "RUN pip install --no-cache-dir six==1.17.0 && apt-get update && "
-    "apt-get install -y --no-install-recommends patch && rm -rf /var/lib/apt/lists/*\n"
-)
 
 
 @pytest.fixture(autouse=True)
 def state_dir(tmp_path, monkeypatch):
     yield from isolated_state(tmp_path, monkeypatch)
-
-
-@pytest.fixture
-def host_listener() -> Iterator[tuple[int, list[str]]]:
-    """A TCP listener on the host's loopback (its port), and what connected to it."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    accepted: list[str] = []
-
-    def serve() -> None:
-        while True:
-            try:
-                connection, peer = listener.accept()
-            except OSError:
-                return
-            accepted.append(str(peer))
-            connection.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n")
-            connection.close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield listener.getsockname()[1], accepted
-    listener.shutdown(socket.SHUT_RDWR)  # wakes the accept
-    listener.close()
-    thread.join(timeout=5)
-
-
-def image_task(root: Path, steps: str, *, environment_toml: str = "") -> Path:
-    """A task whose image starts from a nonce step, so its layers are new to any cache
-    (the base, the expensive part, is shared)."""
-    dockerfile = f"FROM {BASE}\nRUN echo {secrets.token_hex(8)} > /nonce\n{steps}"
-    extra = f"[environment]\n{environment_toml}" if environment_toml else ""
-    return make_task(root, "build-probe", dockerfile=dockerfile, extra_toml=extra)
-
-
-def start_and_run(environment, command: str) -> str:
-    async def go() -> str:
-        await environment.start(force_build=False)
-        try:
-            result = await environment.exec(command)
-            return (result.stdout or "") + (result.stderr or "")
-        finally:
-            await environment.stop(delete=True)
-
-    return asyncio.run(go())
 
 
 def test_build_step_reaches_the_registries_but_not_the_hosts_loopback(tmp_path, host_listener):

@@ -1,17 +1,25 @@
 """Harbor's own docker environment, on the platform's Docker daemon, pulling nothing.
 
 A plan's `environment.provider = "docker"` runs its tasks with Harbor's
-`DockerEnvironment` itself: Compose builds the task's image, `up` starts it, and every
-exec and transfer is Harbor's. This subclass changes only what an offline host needs:
+`DockerEnvironment` itself: `up` starts the task's image, and every exec and transfer
+is Harbor's. This subclass changes only what an offline host, and a Dockerfile that is
+the task author's code, need:
 
 - every `docker` and `docker compose` call goes to the platform's daemon
   (`services/dockerd.py`, in the image cache its kwargs name), started on first use,
   with the client configuration that holds the Compose plugin;
-- each image a build starts FROM (or a prebuilt `docker_image`) that the daemon lacks is
-  made from the base the local image builder makes from Debian's archive
-  (`sandbox/bases.py`) and imported under exactly that tag, so the build finds it
-  locally and pulls nothing; what no base covers is refused;
-- build steps run on the host's network (the daemon has no bridge of its own);
+- the task's Dockerfile is built by the platform's image builder (`sandbox/image_build.py`),
+  never by the daemon: each `RUN` step runs like an attempt, in its own network
+  namespace whose only way out is the registry proxy, within the task's memory, cpu,
+  pids and storage limits and under the seccomp filter; a breach is a task error
+  naming the limit. The built root is imported into the daemon once per image key
+  (`sandbox/image_export.py`, `docker import` with the image's ENV, WORKDIR and USER)
+  and Harbor starts it as the task's prebuilt image. A Compose file of the task that
+  asks the daemon to build is refused: the daemon's builds run on the host's network,
+  outside the task's limits;
+- a prebuilt `docker_image` that the daemon lacks is made from the base the local image
+  builder makes from Debian's archive (`sandbox/bases.py`) and imported under exactly
+  that tag, so nothing is pulled; what no base covers is refused;
 - `no-network` is enforced as Harbor's own Compose file for it does
   (`network_mode: none` on the main service: loopback only), not with Harbor's
   egress-control sidecar, whose image and kernel probe come from Docker Hub;
@@ -27,14 +35,17 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import json
 import os
+import subprocess
+import tempfile
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar, override
 
-from dockerfile_parse import DockerfileParser
+import yaml
 from harbor.environments.capabilities import EnvironmentCapabilities
 from harbor.environments.definition import should_use_prebuilt_docker_image
 from harbor.environments.docker import COMPOSE_NO_NETWORK_PATH
@@ -44,13 +55,24 @@ from harbor.models.task.config import NetworkMode, NetworkPolicy
 
 from synth_pipelines.sandbox import errors
 from synth_pipelines.sandbox.bases import BASE_ENV, BaseImage, BaseImages, available, resolve_base
+from synth_pipelines.sandbox.build_bounds import BuildLimits
+from synth_pipelines.sandbox.dockerfile import read_dockerfile
+from synth_pipelines.sandbox.image_build import Image, ImageBuilder
+from synth_pipelines.sandbox.image_export import write_root_tar
+from synth_pipelines.sandbox.image_root import image_recipe
 from synth_pipelines.sandbox.layers import LayerStore
+from synth_pipelines.sandbox.limits import ResourceLimits
+from synth_pipelines.sandbox.options import DEFAULT_PIDS_MAX, ImageCacheOptions
 from synth_pipelines.services.dockerd import DockerDaemon
 
 IMPORT_PATH = "synth_pipelines.runtime.docker_environment:OfflineDockerEnvironment"
 # Set on every base this environment imports: the key of the recipe it was made with, so
 # an image of a stale recipe is imported again and one the platform did not make is kept.
 BASE_LABEL = "synth.base"
+# Set on every built image this environment imports: the digest of its layers and of what
+# a container of it runs with (`imported_digest`).
+IMAGE_LABEL = "synth.image"
+BUILT_REPOSITORY = "synth-built"
 _SIDECAR = (
     "which Harbor's docker environment can only enforce with its egress-control sidecar, "
     "whose images come from Docker Hub, unreachable offline"
@@ -66,40 +88,62 @@ class UnsupportedTaskError(errors.UnsupportedTaskError):
             self, f"Task {task!r} cannot run in Harbor's docker environment here: {problem}"
         )
         self.task = task
+        self.problem = problem
 
 
-def base_references(dockerfile: Path) -> list[str]:
-    """The images a Dockerfile's stages start FROM: neither `scratch` nor an earlier stage."""
-    parsed = DockerfileParser(path=str(dockerfile))
-    stages: set[str] = set()
-    found: list[str] = []
-    instructions = [entry for entry in parsed.structure if entry["instruction"] == "FROM"]
-    for instruction, image in zip(instructions, parsed.parent_images, strict=True):
-        if image.lower() not in stages and image != "scratch" and image not in found:
-            found.append(image)
-        words = instruction["value"].split()
-        if len(words) >= 3 and words[-2].lower() == "as":
-            stages.add(words[-1].lower())
+def imported_digest(image: Image) -> str:
+    """What names a built image in the daemon: its top layer's key (every step and input
+    beneath it) and the ENV, WORKDIR and USER it is imported with, which no layer holds."""
+    described = {
+        "layer": image.key,
+        "env": sorted(image.env.items()),
+        "workdir": None if image.workdir is None else str(image.workdir),
+        "user": image.user,
+    }
+    return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()
+
+
+def built_tag(image: Image) -> str:
+    """The daemon's name for a built image: any change to a step, an input or its
+    configuration names a new image, and an unchanged one is imported once."""
+    return f"{BUILT_REPOSITORY}:{imported_digest(image)[:32]}"
+
+
+def import_changes(image: Image) -> list[str]:
+    """The Dockerfile instructions `docker import` applies to a built root: what a
+    container of the image runs with, and the label that names its key."""
+
+    def quoted(value: str) -> str:
+        escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
+        return f'"{escaped}"'
+
+    changes = [f"ENV {name}={quoted(value)}" for name, value in image.env.items()]
+    if image.workdir is not None:
+        changes.append(f"WORKDIR {image.workdir}")
+    if image.user is not None:
+        changes.append(f"USER {image.user}")
+    changes.append(f"LABEL {IMAGE_LABEL}={imported_digest(image)}")
+    return changes
+
+
+def compose_builds(files: Sequence[Path]) -> list[str]:
+    """The services of these Compose files that ask the daemon to build an image."""
+    found = []
+    for path in files:
+        if not path.is_file():
+            continue
+        document = yaml.safe_load(path.read_text()) or {}
+        services = document.get("services") if isinstance(document, dict) else None
+        for name, service in (services or {}).items():
+            if isinstance(service, dict) and "build" in service:
+                found.append(f"{name} ({path.name})")
     return found
 
 
-def build_network_override(docker: DockerDaemon) -> Path:
-    """A Compose override running the main image's build steps on the host's network:
-    the daemon has no default bridge, and no NAT to give one a route out."""
-    path = docker.root / "compose" / "build-on-host-network.json"
-    content = json.dumps({"services": {"main": {"build": {"network": "host"}}}}, indent=2)
-    if not path.exists() or path.read_text() != content:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        pending = path.with_suffix(f".{os.getpid()}.partial")
-        pending.write_text(content)
-        pending.replace(path)
-    return path
-
-
 class OfflineDockerEnvironment(DockerEnvironment):
-    """Harbor's `DockerEnvironment` on the platform's daemon, with nothing pulled: the one
-    of the image cache at `images_dir` (with the Compose plugin of `project_root`), whose
-    bases are made from `debian_mirror`."""
+    """Harbor's `DockerEnvironment` on the platform's daemon, with nothing pulled and
+    nothing built by it: the daemon of the image cache at `images_dir` (with the Compose
+    plugin of `project_root`), whose images the platform's builder makes."""
 
     daemon: ClassVar[DockerDaemon]
 
@@ -108,7 +152,7 @@ class OfflineDockerEnvironment(DockerEnvironment):
     ) -> OfflineDockerEnvironment:
         # Harbor asks the class, not the instance, for its container runtime
         # (`type(self).runtime()`): an environment is made of the class of its daemon.
-        return super().__new__(_on_daemon(DockerDaemon.of(images_dir, project_root)))
+        return super().__new__(_on_daemon(DockerDaemon.of(Path(images_dir), Path(project_root))))
 
     def __init__(
         self,
@@ -118,11 +162,22 @@ class OfflineDockerEnvironment(DockerEnvironment):
         images_dir: Path,
         project_root: Path,
         debian_mirror: str,
+        image_step_timeout_sec: float,
+        image_cache_mb: int,
+        image_registry_hosts: Sequence[str],
         network_policy: NetworkPolicy | None = None,
         phase_network_policies: Sequence[NetworkPolicy] | None = None,
         extra_docker_compose: Sequence[Path | str] | None = None,
         **kwargs: Any,
     ) -> None:
+        self._cache = ImageCacheOptions(
+            images_dir=images_dir,
+            debian_mirror=debian_mirror,
+            image_step_timeout_sec=image_step_timeout_sec,
+            image_cache_mb=image_cache_mb,
+            image_registry_hosts=tuple(image_registry_hosts),
+        )
+        images_dir = self._cache.images_dir
         self._images = BaseImages(images_dir, LayerStore(images_dir / "layers"), debian_mirror)
         policies = [
             network_policy or NetworkPolicy(network_mode=NetworkMode.PUBLIC),
@@ -140,9 +195,11 @@ class OfflineDockerEnvironment(DockerEnvironment):
                 + _SIDECAR.replace("enforce", "switch"),
             )
         self._no_network = modes == [NetworkMode.NO_NETWORK.value]
-        own_services = (Path(environment_dir) / "docker-compose.yaml").exists() or bool(
-            extra_docker_compose
-        )
+        compose_files = [
+            Path(environment_dir) / "docker-compose.yaml",
+            *(Path(extra) for extra in extra_docker_compose or ()),
+        ]
+        own_services = any(path.is_file() for path in compose_files)
         if self._no_network and own_services:
             raise UnsupportedTaskError(
                 environment_name,
@@ -150,6 +207,15 @@ class OfflineDockerEnvironment(DockerEnvironment):
                 "offline, no-network takes the main container off every network, which "
                 "would cut it off from them too, and the egress-control sidecar that keeps "
                 "them joined needs images from Docker Hub, unreachable offline",
+            )
+        built_by_daemon = compose_builds(compose_files)
+        if built_by_daemon:
+            raise UnsupportedTaskError(
+                environment_name,
+                f"its Compose services {', '.join(built_by_daemon)} are built by the Docker "
+                "daemon, whose build steps run on the host's network and outside the "
+                "task's limits; only the task's environment/Dockerfile is built here, by "
+                "the platform's isolated builder",
             )
         super().__init__(
             environment_dir=environment_dir,
@@ -190,7 +256,8 @@ class OfflineDockerEnvironment(DockerEnvironment):
     @override
     def preflight(cls, kwargs: dict[str, Any] | None = None) -> None:
         named = kwargs or {}
-        bound = _on_daemon(DockerDaemon.of(named["images_dir"], named["project_root"]))
+        docker = DockerDaemon.of(Path(named["images_dir"]), Path(named["project_root"]))
+        bound = _on_daemon(docker)
         bound.daemon.ensure()
         super(OfflineDockerEnvironment, bound).preflight(kwargs)
 
@@ -198,9 +265,6 @@ class OfflineDockerEnvironment(DockerEnvironment):
     @override
     def _docker_compose_paths(self) -> list[Path]:
         paths = super()._docker_compose_paths
-        if not self._use_prebuilt:
-            at = paths.index(self._DOCKER_COMPOSE_BUILD_PATH) + 1
-            paths.insert(at, build_network_override(self.daemon))
         if self._no_network:
             paths.append(COMPOSE_NO_NETWORK_PATH)
         return paths
@@ -210,6 +274,13 @@ class OfflineDockerEnvironment(DockerEnvironment):
         # Harbor's installed agents import LiteLLM, which otherwise fetches its model cost
         # map from GitHub on import.
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        docker_image = self.task_env_config.docker_image
+        prebuilt = should_use_prebuilt_docker_image(
+            self.environment_dir, docker_image=docker_image, force_build=force_build
+        )
+        # Built before the daemon is asked for anything: a refused Dockerfile or a step
+        # past a limit ends the attempt without touching it.
+        image = None if prebuilt or not self._dockerfile_path.exists() else await self._build()
         await asyncio.to_thread(self.daemon.ensure)
         if self.network_policy.network_mode == NetworkMode.PUBLIC:
             self.logger.info(
@@ -217,19 +288,84 @@ class OfflineDockerEnvironment(DockerEnvironment):
                 "Docker daemon have no route out, only the compose network between them.",
                 self.environment_name,
             )
-        for reference in self._base_references(force_build):
-            await self._provide_base(reference)
+        if image is not None:
+            # Harbor then starts it as the task's prebuilt image: Compose builds nothing.
+            tag = await self._import_built(image)
+            self.task_env_config = self.task_env_config.model_copy(update={"docker_image": tag})
+            self._env_vars.prebuilt_image_name = tag
+            force_build = False
+        elif prebuilt and docker_image:
+            await self._provide_base(docker_image)
         await super().start(force_build)
 
-    def _base_references(self, force_build: bool) -> list[str]:
-        docker_image = self.task_env_config.docker_image
-        if docker_image and should_use_prebuilt_docker_image(
-            self.environment_dir, docker_image=docker_image, force_build=force_build
-        ):
-            return [docker_image]
-        if self._dockerfile_path.exists():
-            return base_references(self._dockerfile_path)
-        return []
+    async def _build(self) -> Image:
+        """The task's image, built (or found) by the platform's builder within the
+        limits an attempt of the task gets."""
+        task, dockerfile = self.environment_name, self._dockerfile_path
+        try:
+            first = read_dockerfile(dockerfile, task=task, base_env=BASE_ENV)
+            recipe = image_recipe(first, dockerfile, self.environment_dir, task=task)
+        except errors.UnsupportedTaskError as refused:
+            raise UnsupportedTaskError(task, refused.problem) from None
+        limits = BuildLimits(
+            ResourceLimits(
+                memory_mb=self._effective_memory_mb,
+                cpus=self._effective_cpus,
+                pids=DEFAULT_PIDS_MAX,
+            ),
+            self._effective_storage_mb,
+        )
+        builder = ImageBuilder.configured(
+            self._cache, progress=lambda line: self.logger.debug("image build: %s", line)
+        )
+        image = await builder.build(recipe, self.environment_dir, task=task, limits=limits)
+        if builder.built:
+            self.logger.info(
+                "Built %d layer(s) of the image of %s (%d cached)",
+                builder.built,
+                task,
+                builder.cached,
+            )
+        return image
+
+    async def _import_built(self, image: Image) -> str:
+        """The daemon's tag of `image`, its root imported first when the daemon lacks it."""
+        tag, digest = built_tag(image), imported_digest(image)
+        labels = await self._image_labels(tag)
+        if labels is not None and labels.get(IMAGE_LABEL) == digest:
+            return tag
+        store = self._images.store
+        async with store.exclusive(f"docker-{digest[:16]}"):
+            labels = await self._image_labels(tag)
+            if labels is None or labels.get(IMAGE_LABEL) != digest:
+                self.logger.debug("importing the image of %s as %s", self.environment_name, tag)
+                await asyncio.to_thread(self._import_root, image, store, tag)
+        return tag
+
+    def _import_root(self, image: Image, store: LayerStore, tag: str) -> None:
+        """Stream the image's root into `docker import`. Blocking."""
+        command = type(self)._engine_cmd(
+            "import", *(f"--change={change}" for change in import_changes(image)), "-", tag
+        )
+        store.scratch.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=store.scratch) as stderr:
+            process = subprocess.Popen(
+                command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr
+            )
+            assert process.stdin is not None
+            try:
+                with process.stdin:
+                    write_root_tar(image, store, process.stdin)
+            except BrokenPipeError:
+                pass  # docker import exited early: its status and message say why
+            finally:
+                returncode = process.wait()
+            if returncode != 0:
+                stderr.seek(0)
+                raise RuntimeError(
+                    f"docker import of the image of {self.environment_name} failed "
+                    f"(exit {returncode}): {stderr.read().decode(errors='replace').strip()}"
+                )
 
     async def _provide_base(self, reference: str) -> None:
         """Make sure the daemon has `reference`: as it is when the platform did not import

@@ -30,7 +30,7 @@ from synth_pipelines.contracts.trial import TrialOutcome
 from synth_pipelines.judging.verifier import IMPORT_PATH as JUDGE_VERIFIER
 from synth_pipelines.runtime.docker_environment import IMPORT_PATH as DOCKER_ENVIRONMENT
 from synth_pipelines.runtime.trial_records import archive_trial, directory_digest, read_rationale
-from synth_pipelines.sandbox.options import HostSettings
+from synth_pipelines.sandbox.options import HostSettings, ImageCacheOptions
 from synth_pipelines.sandbox.verification import isolate_verification
 from synth_pipelines.storage.objectstore import ObjectRef, ObjectStore
 
@@ -85,11 +85,8 @@ def environment_config(
             kwargs["read_only_binds"] = [mount.as_bind() for mount in found.values()]
     elif choice.provider == "docker":
         location = {"import_path": DOCKER_ENVIRONMENT}
-        kwargs |= {
-            "images_dir": deployment.images_dir,
-            "debian_mirror": deployment.debian_mirror,
-            "project_root": deployment.project_root,
-        }
+        cache = ImageCacheOptions.model_validate(deployment, from_attributes=True)
+        kwargs |= {**cache.model_dump(), "project_root": deployment.project_root}
     elif ":" in choice.provider:
         location = {"import_path": choice.provider}
     else:

@@ -20,6 +20,7 @@ class UnsupportedTaskError(ValueError):
             "e.g. EnvironmentConfig(type='docker') or `--env docker`."
         )
         self.task = task
+        self.problem = problem
 
 
 class TaskDefinitionError(ValueError):

@@ -21,16 +21,15 @@ from synth_pipelines.sandbox.filesystem import Bind
 DEFAULT_PIDS_MAX = 4096
 
 
-class HostSettings(BaseModel):
-    """Where this host keeps sandboxes and the image cache, and how images are built.
+class ImageCacheOptions(BaseModel):
+    """Where this host keeps the image cache, and how images are built in it.
 
     The platform's settings (`config.Settings`) hold each under the same name, so
-    `HostSettings.model_validate(settings, from_attributes=True)` derives them.
+    `ImageCacheOptions.model_validate(settings, from_attributes=True)` derives them.
     """
 
     model_config = ConfigDict(from_attributes=True)
 
-    sandboxes_dir: Path = Field(description="One directory per sandbox, with its lease.")
     images_dir: Path = Field(description="Bases and layers of the local image builder.")
     debian_mirror: str = Field(description="The Debian archive bases are made from.")
     image_step_timeout_sec: float = Field(gt=0, description="The longest one step may run.")
@@ -46,6 +45,12 @@ class HostSettings(BaseModel):
     @classmethod
     def _split_hosts(cls, value: object) -> object:
         return registry_hosts(value)
+
+
+class HostSettings(ImageCacheOptions):
+    """Where this host keeps sandboxes and the image cache, and how images are built."""
+
+    sandboxes_dir: Path = Field(description="One directory per sandbox, with its lease.")
 
 
 class BwrapOptions(EnvironmentOptions, HostSettings):

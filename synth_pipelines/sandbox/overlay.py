@@ -48,28 +48,38 @@ def mount_overlay(
     """Mount `lowers` (top first) with `upper` and `work` on `mount_point(name)`."""
     for path in (upper, work):
         path.mkdir(parents=True, exist_ok=True)
-    return _mount(name, lowers, f"upperdir={upper},workdir={work},", relative_to=relative_to)
+    return _overlay(name, lowers, f"upperdir={upper},workdir={work},", relative_to=relative_to)
 
 
 def mount_read_only(name: str, lowers: Sequence[Path], *, relative_to: Path) -> Path:
     """Mount `lowers` (top first), with nothing writable, on `mount_point(name)`."""
-    return _mount(name, lowers, "", relative_to=relative_to)
+    if len(lowers) == 1:
+        # The kernel refuses an overlay of one lower and no upper; one layer (a base)
+        # holds no whiteouts, so it is its own merged view.
+        return _mount(name, ["--bind", "-o", "ro", str(lowers[0])], relative_to=relative_to)
+    return _overlay(name, lowers, "", relative_to=relative_to)
 
 
-def _mount(name: str, lowers: Sequence[Path], writable: str, *, relative_to: Path) -> Path:
-    target = mount_point(name)
-    _prepare_mounts_dir()
+def _overlay(name: str, lowers: Sequence[Path], writable: str, *, relative_to: Path) -> Path:
     lowerdir = ":".join(os.path.relpath(lower, relative_to) for lower in lowers)
     options = f"lowerdir={lowerdir},{writable}redirect_dir=off,metacopy=off,index=off,xino=off"
+    return _mount(name, ["-t", "overlay", "overlay", "-o", options], relative_to=relative_to)
+
+
+def _mount(name: str, arguments: Sequence[str], *, relative_to: Path) -> Path:
+    target = mount_point(name)
+    _prepare_mounts_dir()
     target.mkdir(parents=True, exist_ok=True)
     result = subprocess.run(
-        ["mount", "-t", "overlay", "overlay", "-o", options, str(target)],
+        ["mount", *arguments, str(target)],
         cwd=relative_to,
         capture_output=True,
         text=True,
         check=False,
     )
     if result.returncode != 0:
+        with suppress(OSError):
+            target.rmdir()
         raise SandboxStartError(
             f"could not mount the image's layers on {target}: "
             f"{(result.stderr or result.stdout).strip()}; the local image builder needs "

@@ -11,8 +11,9 @@ it safe from several processes at once; the first one starts it, the others find
 It never touches what a system daemon owns: its own socket and pidfile, no default
 bridge (`--bridge=none`), and no iptables rules (a second daemon managing Docker's
 chains would flush the first one's). So no container gets NAT: a compose network joins
-a task's services to each other, not to the internet, and image builds run their steps
-on the host's network instead (`runtime/docker_environment.py`).
+a task's services to each other, not to the internet. The daemon builds no image: the
+platform's isolated builder does, and its result is imported
+(`runtime/docker_environment.py`).
 """
 
 from __future__ import annotations
