@@ -129,7 +129,7 @@ def _start(name: str, command: list[str], env: dict[str, str], url: str, logs: P
 
 def start_backend(root: Path) -> Server:
     port = free_port()
-    env = {"SYNTH_DATA_DIR": str(root / "backend")}
+    env = {"SYNTH_DATA_DIR": str(root / "backend"), "TINKER_API_KEY": BACKEND_KEY}
     command = [*synth_command(), "model", "serve", "--scripted", "--port", str(port)]
     server = _start("backend", command, env, f"http://127.0.0.1:{port}", root)
     server.wait_ready("/api/v1/healthz", time.perf_counter())
@@ -139,7 +139,10 @@ def start_backend(root: Path) -> Server:
         "logprob": COMPLETION_LOGPROB,
     }
     httpx.put(
-        f"{server.url}/scripted/v1/script", json={"entries": [entry]}, timeout=30
+        f"{server.url}/scripted/v1/script",
+        json={"entries": [entry]},
+        headers={"X-API-Key": BACKEND_KEY},
+        timeout=30,
     ).raise_for_status()
     return server
 

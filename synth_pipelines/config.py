@@ -63,6 +63,28 @@ class Settings(BaseSettings):
         "Dagster webserver checks (sent as `Authorization: Bearer`); unset for the embedded one.",
     )
     proxy_url: str = "http://127.0.0.1:8200"
+    gateway_url: str = Field(
+        default="http://127.0.0.1:8300",
+        description="The gateway, the control plane operators reach the platform through.",
+    )
+    gateway_ca: Path | None = Field(
+        default=None,
+        description="The certificate authority the CLI checks an HTTPS gateway's "
+        "certificate by: the file a gateway serving `--listen` generated, or the operator's.",
+    )
+    gateway_tls_cert: Path | None = Field(
+        default=None,
+        description="The operator's certificate (PEM, its chain after it) for a gateway "
+        "serving `--listen`; unset: one generated for the state directory.",
+    )
+    gateway_tls_key: Path | None = Field(
+        default=None, description="The private key of `SYNTH_GATEWAY_TLS_CERT` (PEM)."
+    )
+    api_key: SecretStr | None = Field(
+        default=None,
+        description="The operator's gateway API key; unset: the local operator's key that "
+        "the embedded default writes at its first `synth up` (`operator_key_path`).",
+    )
     model_service_url: str = "http://127.0.0.1:8100"
     teacher_service_url: str = Field(
         default="http://127.0.0.1:8102",
@@ -208,6 +230,21 @@ class Settings(BaseSettings):
     @property
     def signing_key_path(self) -> Path:
         return self.state_dir / "proxy-signing.key"
+
+    @property
+    def gateway_secret_path(self) -> Path:
+        """The gateway's own secret, under which operators' keys are hashed."""
+        return self.state_dir / "gateway-key.secret"
+
+    @property
+    def gateway_tls_dir(self) -> Path:
+        """The gateway's generated certificate authority and server certificate."""
+        return self.state_dir / "gateway-tls"
+
+    @property
+    def operator_key_path(self) -> Path:
+        """The local operator's gateway key (an admin's), written at the first `synth up`."""
+        return self.state_dir / "operator.key"
 
     @property
     def proxy_sandbox_socket(self) -> Path:

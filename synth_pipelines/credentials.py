@@ -81,17 +81,30 @@ def read_signing_key(path: Path) -> bytes:
 def load_signing_key(path: Path) -> bytes:
     """The platform's signing key, created on first use with owner-only permissions."""
     if not os.environ.get("SYNTH_PROXY_SIGNING_KEY"):
-        _create_signing_key(path)
+        _create_secret(path)
     return read_signing_key(path)
 
 
-def _create_signing_key(path: Path) -> None:
-    # Written aside, then linked into place: a process starting at the same moment sees
-    # either no key or the whole key, and the first link wins.
+def load_secret(path: Path) -> bytes:
+    """A service's own 32-byte secret (the gateway's key HMAC secret), created on first
+    use with owner-only permissions; refused when others may read it."""
+    _create_secret(path)
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o077:
+        raise SigningKeyError(
+            f"the secret {path} is open to other users (mode {mode:o}); run "
+            f"`chmod 600 {path}` and replace it"
+        )
+    return path.read_bytes()
+
+
+def _create_secret(path: Path) -> None:
+    # Written aside (mkstemp: mode 600), then linked into place: a process starting at
+    # the same moment sees either no secret or the whole one, and the first link wins.
     if path.exists():
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, aside = tempfile.mkstemp(dir=path.parent, prefix=".signing-key-")
+    fd, aside = tempfile.mkstemp(dir=path.parent, prefix=".secret-")
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(secrets.token_bytes(32))

@@ -44,7 +44,11 @@ def model_service(
 
 
 def set_script(model_url: str, entries: list[dict]) -> None:
-    httpx.put(f"{model_url}/scripted/v1/script", json={"entries": entries}).raise_for_status()
+    httpx.put(
+        f"{model_url}/scripted/v1/script",
+        json={"entries": entries},
+        headers={"X-API-Key": Settings().tinker_api_key},
+    ).raise_for_status()
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ import sys
 
 import jsonschema
 
-from synth_pipelines.cli.json_documents import DOCUMENTS
 from synth_pipelines.config import Settings
+from synth_pipelines.contracts.documents import DOCUMENTS
 from synth_pipelines.credentials import load_signing_key
 from tests.conftest import PROJECT_ROOT, SAMPLE_DATASET
 from tests.live_services import platform

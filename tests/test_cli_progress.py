@@ -14,11 +14,11 @@ import time
 
 from typer.testing import CliRunner
 
-from synth_pipelines.cli.json_documents import validated
 from synth_pipelines.cli.main import app
 from synth_pipelines.cli.output import errors
 from synth_pipelines.cli.progress import ProgressDisplay, RegradeCounter
 from synth_pipelines.config import Settings
+from synth_pipelines.contracts.documents import validated
 from synth_pipelines.contracts.run_spec import batch_key
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import record_event

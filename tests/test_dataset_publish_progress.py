@@ -9,9 +9,9 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from synth_pipelines.cli.json_documents import validated
 from synth_pipelines.cli.main import app
 from synth_pipelines.config import Settings
+from synth_pipelines.contracts.documents import validated
 from synth_pipelines.storage.objectstore import open_object_store
 from tests.conftest import SAMPLE_DATASET
 

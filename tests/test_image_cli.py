@@ -14,8 +14,8 @@ import jsonschema
 import pytest
 from sandbox_support import make_task, requires_cgroups
 
-from synth_pipelines.cli.json_documents import schema
 from synth_pipelines.config import Settings
+from synth_pipelines.contracts.documents import schema
 from synth_pipelines.sandbox.bases import KNOWN_BASES, BaseImages
 from synth_pipelines.sandbox.layers import LayerStore
 from tests.conftest import PROJECT_ROOT

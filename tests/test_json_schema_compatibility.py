@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from synth_pipelines.cli.json_documents import DOCUMENTS, schema
+from synth_pipelines.contracts.documents import DOCUMENTS, schema
 from tests.conftest import PROJECT_ROOT
 
 BEFORE = json.loads(

@@ -7,8 +7,8 @@ import json
 
 from typer.testing import CliRunner
 
-from synth_pipelines.cli.json_documents import ServedModelDocument
 from synth_pipelines.cli.main import app
+from synth_pipelines.contracts.documents import ServedModelDocument
 from synth_pipelines.contracts.model_info import ModelInfo
 from synth_pipelines.rendering.model_registry import ModelRegistry
 

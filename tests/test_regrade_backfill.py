@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import dagster as dg
 import pytest
 
-from synth_pipelines.cli.json_documents import validated
 from synth_pipelines.config import Settings
+from synth_pipelines.contracts.documents import validated
 from synth_pipelines.contracts.regrade import Regrade
 from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.contracts.run_spec import batch_key

@@ -12,9 +12,9 @@ import shutil
 import pytest
 from typer.testing import CliRunner
 
-from synth_pipelines.cli.json_documents import validated
 from synth_pipelines.cli.main import app
 from synth_pipelines.config import Settings
+from synth_pipelines.contracts.documents import validated
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.policy_updates import run_updates
 from tests.agent_runs import accept_plan, profile_document, publish, run_batches, trial_outcomes

@@ -20,7 +20,12 @@ from tests.listening_sockets import listeners, session_processes
 from tests.production_services import free_port
 
 SYNTH = str(Path(sys.executable).parent / "synth")
-ADDRESSES = ("SYNTH_DAGSTER_URL", "SYNTH_PROXY_URL", "SYNTH_MODEL_SERVICE_URL")
+ADDRESSES = (
+    "SYNTH_DAGSTER_URL",
+    "SYNTH_PROXY_URL",
+    "SYNTH_MODEL_SERVICE_URL",
+    "SYNTH_GATEWAY_URL",
+)
 
 
 @pytest.fixture
@@ -52,20 +57,31 @@ def test_every_service_synth_up_starts_listens_on_loopback_only(embedded_env):
     started = _synth(embedded_env, "up", "--json")
     try:
         assert started.returncode == 0, started.stdout + started.stderr
-        services = {row["service"]: row["pid"] for row in json.loads(started.stdout)}
+        rows = json.loads(started.stdout)
+        services = {row["service"]: row["pid"] for row in rows}
         assert set(services) == {
             "model-service",
             "capture-proxy",
+            "gateway",
             "dagster-code-server",
             "dagster-daemon",
             "dagster-webserver",
         }
         found = listeners(session_processes(set(services.values())))
-        for name in ("model-service", "capture-proxy", "dagster-webserver"):
+        for name in ("model-service", "capture-proxy", "gateway", "dagster-webserver"):
             assert any(listener.pid == services[name] for listener in found), name
         configured = {int(embedded_env[variable].rsplit(":", 1)[1]) for variable in ADDRESSES}
         assert configured <= {listener.port for listener in found}
         assert [listener for listener in found if not listener.loopback] == []
+        # `synth up` wrote the local operator's admin key, which the CLI finds by itself.
+        (gateway,) = [row for row in rows if row["service"] == "gateway"]
+        assert gateway["address"] == embedded_env["SYNTH_GATEWAY_URL"]
+        assert Path(gateway["api_key_file"]).stat().st_mode & 0o777 == 0o600
+        keys = _synth(embedded_env, "admin", "key", "list", "--json")
+        assert keys.returncode == 0, keys.stderr
+        assert [(key["owner"], key["role"]) for key in json.loads(keys.stdout)] == [
+            ("local", "admin")
+        ]
     finally:
         stopped = _synth(embedded_env, "down", "--json")
         assert stopped.returncode == 0, stopped.stdout + stopped.stderr

@@ -34,7 +34,12 @@ pytestmark = pytest.mark.slow
 
 SYNTH = str(Path(sys.executable).parent / "synth")
 ANOTHER_USER = 65534  # nobody
-ADDRESSES = ("SYNTH_DAGSTER_URL", "SYNTH_PROXY_URL", "SYNTH_MODEL_SERVICE_URL")
+ADDRESSES = (
+    "SYNTH_DAGSTER_URL",
+    "SYNTH_PROXY_URL",
+    "SYNTH_MODEL_SERVICE_URL",
+    "SYNTH_GATEWAY_URL",
+)
 PLAN = {
     "kind": "eval",
     "attempts_per_task": 1,

@@ -66,6 +66,14 @@ COMMANDS = {
         "synth_pipelines.cli.attempts:attempt_app",
         "Read one attempt: its conversation and its grade.",
     ),
+    "admin": CommandSource(
+        "synth_pipelines.cli.admin:admin_app",
+        "Administer the deployment: operators' API keys.",
+    ),
+    "gateway": CommandSource(
+        "synth_pipelines.cli.gateway:gateway_app",
+        "The gateway operators reach the platform through.",
+    ),
     "pool": CommandSource(
         "synth_pipelines.cli.pools:pool_app",
         "The worker pool every run's attempts are admitted against: its budget and leases.",

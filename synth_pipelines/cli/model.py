@@ -72,6 +72,7 @@ def serve(
             object_store_url=config.objects_url,
             s3_endpoint_url=config.s3_endpoint_url,
             max_loaded=max_loaded,
+            api_key=config.tinker_api_key,
         )
     except UserError as error:
         typer.echo(f"error: {error}", err=True)
@@ -81,7 +82,8 @@ def serve(
         f"serving {', '.join(served)} on http://{host}:{port} ({names[0]} loaded at start, "
         f"the others on first use; at most {max_loaded} at once)"
         f"{' in scripted mode' if scripted else ''}\n"
-        f"  export TINKER_BASE_URL=http://{host}:{port} TINKER_API_KEY=tml-local TINKER_TELEMETRY=0"
+        f"  export TINKER_BASE_URL=http://{host}:{port} TINKER_API_KEY=<its TINKER_API_KEY> "
+        "TINKER_TELEMETRY=0"
     )
     # No access log: the SDK makes two requests per sample, and a line for each drowns the
     # service's own messages (and cost it a few percent of its CPU).
@@ -139,6 +141,7 @@ def teach(
         answer = httpx.put(
             f"{target}/scripted/v1/script",
             json={"entries": entries},
+            headers={"X-API-Key": config.tinker_api_key},
             timeout=60,
             verify=client_context(),
         )

@@ -91,7 +91,7 @@ def emit(command: str, data: Any, as_json: bool, render: Callable[[], None]) -> 
 def document_text(command: str, data: Any) -> str:
     """The command's documented JSON document, checked against its schema, as printed."""
     # Every document model is built when this module is imported: only JSON output pays.
-    from synth_pipelines.cli.json_documents import validated
+    from synth_pipelines.contracts.documents import validated
 
     return json.dumps(validated(command, data), indent=2, sort_keys=True) + "\n"
 

@@ -243,7 +243,7 @@ class ProgressDisplay:
         self._bar.__exit__(kind, error, traceback)
 
     def show(self, counts: Shown) -> None:
-        from synth_pipelines.cli.json_documents import validated
+        from synth_pipelines.contracts.documents import validated
 
         document = validated(counts.document, counts.as_dict())
         if document == self._last:

@@ -25,6 +25,7 @@ from synth_pipelines.cli.output import (
 )
 from synth_pipelines.cli.progress import WAIT_HELP, ProgressDisplay, RunCounter
 from synth_pipelines.config import Settings
+from synth_pipelines.contracts.documents import RunSummary, dagster_runs_url
 from synth_pipelines.contracts.run_event import RunEvent
 from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.control.database import control_engine
@@ -56,31 +57,6 @@ EXIT_INTERRUPTED = 130
 """Ctrl-C stopped the waiting (the shell's code for SIGINT); the run goes on."""
 
 run_app = typer.Typer(help="Submit experiments and inspect their runs.", no_args_is_help=True)
-
-
-def dagster_runs_url(dagster_url: str, run_id: str) -> str:
-    return f"{dagster_url}/runs?q%5B0%5D=tag%3Asynth%2Frun%3D{run_id}"
-
-
-def _run_summary(run: RunRecord, dagster_url: str) -> dict[str, Any]:
-    spec = run.spec
-    return {
-        "run_id": run.run_id,
-        "status": run.status,
-        "kind": run.kind,
-        "owner": run.owner,
-        "dataset": spec.dataset.ref,
-        "actor": f"{spec.actor.name}@{spec.actor.version}",
-        "actor_digest": spec.actor.digest,
-        "judge": f"{spec.judge.name}@{spec.judge.version}" if spec.judge else None,
-        "model": spec.model,
-        "actor_model": spec.actor_model,
-        "batches": run.batch_count,
-        "idempotency_key": run.idempotency_key,
-        "created_at": run.created_at.isoformat(),
-        "updated_at": run.updated_at.isoformat(),
-        "dagster_url": dagster_runs_url(dagster_url, run.run_id),
-    }
 
 
 @run_app.command("start")
@@ -143,7 +119,7 @@ def start_run(
         return
     emit(
         "run start",
-        {**_run_summary(run, config.dagster_url), "created": created},
+        {**RunSummary.of(run, config.dagster_url).model_dump(), "created": created},
         as_json,
         lambda: console.print(
             f"{'accepted' if created else 'already accepted'} run [bold]{run.run_id}[/] "
@@ -312,7 +288,7 @@ def show_results(config: Settings, run: RunRecord, as_json: bool) -> None:
         console.print(f"Dagster UI: {dagster_runs_url(config.dagster_url, run.run_id)}")
 
     data = {
-        **_run_summary(run, config.dagster_url),
+        **RunSummary.of(run, config.dagster_url).model_dump(),
         "summary": summary.as_dict(),
         "stopped_by": stop,
         "batches_done": results.batches_done,
@@ -465,12 +441,17 @@ def list_(
             )
         console.print(table)
 
-    emit("run list", [_run_summary(run, config.dagster_url) for run in found], as_json, render)
+    emit(
+        "run list",
+        [RunSummary.of(run, config.dagster_url).model_dump() for run in found],
+        as_json,
+        render,
+    )
 
 
 def _print_event(event: RunEvent, as_json: bool) -> None:
     if as_json:
-        from synth_pipelines.cli.json_documents import validated
+        from synth_pipelines.contracts.documents import validated
 
         typer.echo(json.dumps(validated("run events", event), sort_keys=True))
     else:

@@ -13,7 +13,7 @@ def schema_command(
     command: list[str] = typer.Argument(None, help="e.g. `run show`; all commands if omitted."),
 ) -> None:
     """Print the JSON Schema of a command's --json output (a JSON object)."""
-    from synth_pipelines.cli.json_documents import DOCUMENTS, schema
+    from synth_pipelines.contracts.documents import DOCUMENTS, schema
 
     name = " ".join(command or [])
     if name and name not in DOCUMENTS:

@@ -27,6 +27,12 @@ if TYPE_CHECKING:
 
 services_app = typer.Typer()
 
+LISTEN_OPTION = typer.Option(
+    None,
+    "--listen",
+    help="Serve the gateway on HOST:PORT over HTTPS (for operators on other machines); "
+    "default: SYNTH_GATEWAY_URL, on loopback, over HTTP.",
+)
 PRODUCTION_OPTION = typer.Option(
     False,
     "--production",
@@ -37,7 +43,7 @@ PRODUCTION_OPTION = typer.Option(
 
 def _started_row(config: Settings, service: Service, pid: int, started: bool) -> dict[str, Any]:
     from synth_pipelines.runtime.served_models import model_service_capabilities
-    from synth_pipelines.services.embedded import MODEL_SERVICE
+    from synth_pipelines.services.embedded import GATEWAY, MODEL_SERVICE
     from synth_pipelines.services.supervisor import log_file
 
     return {
@@ -49,7 +55,22 @@ def _started_row(config: Settings, service: Service, pid: int, started: bool) ->
         "models": list(model_service_capabilities(service.address, config.tinker_api_key))
         if service.name == MODEL_SERVICE
         else None,
+        "api_key_file": str(config.operator_key_path) if service.name == GATEWAY else None,
+        "ca_file": str(service.ca_file) if service.ca_file is not None else None,
     }
+
+
+def _ensure_operator_key(config: Settings) -> None:
+    """The local operator's admin key for the gateway, in `operator_key_path`."""
+    from synth_pipelines.control.database import control_engine, create_tables
+    from synth_pipelines.credentials import load_secret
+    from synth_pipelines.services.operator_key import ensure_operator_key
+
+    engine = control_engine(config)
+    create_tables(engine)
+    ensure_operator_key(
+        engine, load_secret(config.gateway_secret_path), config.operator_key_path, config.owner
+    )
 
 
 def _start_all(
@@ -80,17 +101,38 @@ def _services_table(rows: list[dict[str, Any]]) -> None:
     for row in rows:
         if row["models"] is not None:
             console.print(f"the model service serves {', '.join(row['models'])}")
+        if row["api_key_file"] is not None:
+            console.print(
+                f"the gateway is at {row['address']}; your API key is in {row['api_key_file']}"
+                + (
+                    f"; its certificate authority is {row['ca_file']} (SYNTH_GATEWAY_CA)"
+                    if row["ca_file"]
+                    else ""
+                ),
+                highlight=False,
+                soft_wrap=True,
+            )
 
 
 @services_app.command("up")
 def up(
-    ctx: typer.Context, production: bool = PRODUCTION_OPTION, as_json: bool = JSON_OPTION
+    ctx: typer.Context,
+    production: bool = PRODUCTION_OPTION,
+    listen: str | None = LISTEN_OPTION,
+    as_json: bool = JSON_OPTION,
 ) -> None:
-    """Start the embedded services unless they run: model service, proxy, Dagster code server,
-    daemon and UI (--production: the production-shaped deployment)."""
+    """Start the embedded services unless they run: model service, proxy, gateway, Dagster
+    code server, daemon and UI (--production: the production-shaped deployment)."""
+    from gateway.server import listen_address
+
     config: Settings = ctx.obj
+    if listen is not None:
+        try:
+            listen_address(config, listen)
+        except ValueError as error:
+            fail(str(error))
     if production:
-        _up_production(config, as_json)
+        _up_production(config, listen, as_json)
         return
     from resources.dagster_instance import create_dagster_storage
     from synth_pipelines.services.embedded import embedded_services, write_code_server_workspace
@@ -100,11 +142,14 @@ def up(
     keep_private(config.dagster_home)
     create_dagster_storage(str(config.dagster_home))
     write_code_server_workspace(config)
-    rows = _start_all(config, embedded_services(config))
+    _ensure_operator_key(config)
+    rows = _start_all(config, embedded_services(config, listen))
     emit("up", rows, as_json, lambda: _services_table(rows))
 
 
-def _production_services(config: Settings, values: dict[str, str]) -> list[Service]:
+def _production_services(
+    config: Settings, values: dict[str, str], listen: str | None = None
+) -> list[Service]:
     """The deployment's services after its database and bucket: the model service (unless
     a Tinker service is named), the proxy, the code server, the daemon, the webserver."""
     from synth_pipelines.services import production
@@ -113,7 +158,7 @@ def _production_services(config: Settings, values: dict[str, str]) -> list[Servi
     local = production.local_servers(values)
     return [
         service
-        for service in embedded_services(config)
+        for service in embedded_services(config, listen)
         if service.name != MODEL_SERVICE or MODEL_SERVICE in local
     ]
 
@@ -125,7 +170,7 @@ def _production_settings(values: dict[str, str]) -> Settings:
     return settings()
 
 
-def _up_production(operator: Settings, as_json: bool) -> None:
+def _up_production(operator: Settings, listen: str | None, as_json: bool) -> None:
     from resources.dagster_instance import create_dagster_storage
     from synth_pipelines.sandbox.errors import SandboxStartError
     from synth_pipelines.services import production
@@ -175,7 +220,8 @@ def _up_production(operator: Settings, as_json: bool) -> None:
         )
         create_dagster_storage(str(layout.dagster_home))
         write_code_server_workspace(config)
-        rows += _start_all(config, _production_services(config, values), say)
+        _ensure_operator_key(config)
+        rows += _start_all(config, _production_services(config, values, listen), say)
     document = {
         "env_file": str(layout.env_file),
         "image": image.tag,

@@ -249,3 +249,18 @@ admission_leases = Table(
     Column("expires_at", DateTime(timezone=True), nullable=False),
     Index("ix_admission_leases_pool", "pool", "requested_at"),
 )
+
+operator_keys = Table(
+    "operator_keys",
+    metadata,
+    # The gateway's API keys: the secret's HMAC under the gateway's own secret, never the
+    # secret itself, so a copy of this table cannot be used to act as anyone.
+    Column("key_id", String(32), primary_key=True),
+    Column("secret_digest", String(64), nullable=False),
+    Column("owner", String(64), nullable=False),
+    Column("org", String(64), nullable=False),
+    Column("role", String(16), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=True),
+    Column("revoked_at", DateTime(timezone=True), nullable=True),
+)

@@ -1,5 +1,5 @@
-"""The embedded default's services: model service, capture proxy, Dagster code server,
-daemon and UI.
+"""The embedded default's services: model service, capture proxy, gateway, Dagster code
+server, daemon and UI.
 
 The daemon and the webserver reach the definitions through one long-lived code server on a
 Unix socket in the state directory. Left to load `workspace.yaml`'s Python module, the daemon
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -19,6 +20,7 @@ from synth_pipelines.config import Settings
 from synth_pipelines.services.supervisor import Service
 
 MODEL_SERVICE = "model-service"
+GATEWAY = "gateway"
 CODE_LOCATION = "synth_pipelines"
 
 
@@ -39,7 +41,34 @@ def write_code_server_workspace(config: Settings) -> None:
     path.write_text(json.dumps({"load_from": [{"grpc_server": target}]}, indent=2) + "\n")
 
 
-def embedded_services(config: Settings) -> list[Service]:
+def gateway_service(config: Settings, listen: str | None = None) -> Service:
+    """The gateway: on `gateway_url` over HTTP, or on `listen` (HOST:PORT) over HTTPS,
+    its health checked over loopback against the authority of its certificate."""
+    argv = [_bin("synth"), "gateway", "serve"]
+    if listen is None:
+        return Service(
+            name=GATEWAY,
+            argv=argv,
+            health_url=f"{config.gateway_url}/health",
+            address=config.gateway_url,
+        )
+    host, _, port = listen.rpartition(":")
+    local = "127.0.0.1" if host.strip("[]") in ("0.0.0.0", "::", "") else host
+    authority = (
+        config.gateway_ca
+        if config.gateway_tls_cert is not None
+        else config.gateway_tls_dir / "ca.pem"
+    )
+    return Service(
+        name=GATEWAY,
+        argv=[*argv, "--listen", listen],
+        health_url=f"https://{local}:{port}/health",
+        address=f"https://{host}:{port}",
+        ca_file=authority,
+    )
+
+
+def embedded_services(config: Settings, listen: str | None = None) -> list[Service]:
     dagster = urlparse(config.dagster_url)
     model = urlparse(config.model_service_url)
     env = {"DAGSTER_HOME": str(config.dagster_home), "TINKER_TELEMETRY": "0"}
@@ -70,6 +99,7 @@ def embedded_services(config: Settings) -> list[Service]:
             address=config.proxy_url,
             env={**env, "TINKER_BASE_URL": config.model_service_url},
         ),
+        replace(gateway_service(config, listen), env=env),
         Service(
             name="dagster-code-server",
             argv=[

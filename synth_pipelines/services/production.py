@@ -144,6 +144,7 @@ def _new_environment(
         "AWS_DEFAULT_REGION": "us-east-1",
         "SYNTH_DAGSTER_URL": f"http://127.0.0.1:{_free_port()}",
         "SYNTH_PROXY_URL": f"http://127.0.0.1:{_free_port()}",
+        "SYNTH_GATEWAY_URL": f"http://127.0.0.1:{_free_port()}",
         "SYNTH_PROXY_SIGNING_KEY": secrets.token_hex(32),
         "SYNTH_MODEL_SERVICE_URL": model_service,
         "TINKER_BASE_URL": model_service,

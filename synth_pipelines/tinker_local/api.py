@@ -6,6 +6,7 @@ accepts exactly what the pinned SDK sends; forward_backward arrives as protobuf.
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -31,11 +32,32 @@ async def model_service(request: Request) -> ModelService:
     return service
 
 
-async def require_api_key(x_api_key: Annotated[str | None, Header()] = None) -> None:
+async def require_service_key(
+    request: Request, x_api_key: Annotated[str | None, Header()] = None
+) -> None:
+    """The service's own key, when it was given one (`synth model serve` gives it
+    `TINKER_API_KEY`): only the platform's services, which hold it, reach it, never an
+    operator or a sandbox past the proxy's owner checks."""
+    expected: str | None = request.app.state.api_key
+    if expected is not None and not hmac.compare_digest(
+        (x_api_key or "").encode(), expected.encode()
+    ):
+        raise MissingCredentialsError(
+            "X-API-Key is missing or not this model service's key: set TINKER_API_KEY to "
+            "the key the deployment gave its services"
+        )
+
+
+async def require_api_key(
+    request: Request, x_api_key: Annotated[str | None, Header()] = None
+) -> None:
+    """A key on every Tinker request (as Tinker's own service asks), the service's own
+    when it has one."""
     if not x_api_key:
         raise MissingCredentialsError(
-            "missing X-API-Key header: set TINKER_API_KEY to any key starting with 'tml-'"
+            "missing X-API-Key header: set TINKER_API_KEY to the service's key"
         )
+    await require_service_key(request, x_api_key)
 
 
 Service = Annotated[ModelService, Depends(model_service)]

@@ -6,13 +6,13 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 import torch
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from synth_pipelines.rendering.model_names import DEFAULT_MAX_LOADED, QWEN3_TINY
 from synth_pipelines.storage.objectstore import open_object_store
-from synth_pipelines.tinker_local.api import health_router, router
+from synth_pipelines.tinker_local.api import health_router, require_service_key, router
 from synth_pipelines.tinker_local.backbone import check_base_model
 from synth_pipelines.tinker_local.base_models import BaseModels
 from synth_pipelines.tinker_local.checkpoints import CheckpointStore
@@ -29,6 +29,7 @@ def create_app(
     s3_endpoint_url: str | None = None,
     device: str | None = None,
     max_loaded: int = DEFAULT_MAX_LOADED,
+    api_key: str | None = None,
 ) -> FastAPI:
     """The service for `base_models` and every seeded model, checkpoints in the object
     store at `object_store_url` (`s3_endpoint_url`: an S3-compatible server's). The first
@@ -36,6 +37,8 @@ def create_app(
     here.
 
     `scripted=True` is the only way to get scripted sampling (tests of other parts).
+    With `api_key`, every request but the health check must carry it (`X-API-Key`);
+    without, any key is taken (an in-process service a test holds alone).
     """
     names = [base_models] if isinstance(base_models, str) else list(base_models)
     for name in names:
@@ -57,10 +60,11 @@ def create_app(
 
     app = FastAPI(title="synth local Tinker service", lifespan=lifespan)
     app.state.model_service = service
+    app.state.api_key = api_key
     app.include_router(health_router)
     app.include_router(router)
     if script is not None:
-        app.include_router(script_router(script))
+        app.include_router(script_router(script), dependencies=[Depends(require_service_key)])
     app.add_exception_handler(UserError, _user_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     return app

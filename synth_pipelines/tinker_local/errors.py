@@ -17,4 +17,4 @@ class NotFoundError(UserError):
 
 
 class MissingCredentialsError(UserError):
-    """The request carries no API key."""
+    """The request carries no API key, or not the service's."""

@@ -19,11 +19,13 @@ from synth_pipelines.contracts.admission_lease import Lease
 from synth_pipelines.contracts.checkpoint import Checkpoint
 from synth_pipelines.contracts.checkpoint_lineage import CheckpointLineage
 from synth_pipelines.contracts.dataset import DatasetVersion, TaskRef
+from synth_pipelines.contracts.operator_key import CreatedKey, OperatorKey
 from synth_pipelines.contracts.plan import ResourceBudget
 from synth_pipelines.contracts.policy_update import BatchLearningRow, PolicyUpdate
 from synth_pipelines.contracts.published_profile import PublishedProfile
 from synth_pipelines.contracts.regrade import Regrade
 from synth_pipelines.contracts.run_event import RunEvent
+from synth_pipelines.contracts.run_record import RunRecord
 
 
 class Document(BaseModel):
@@ -66,6 +68,33 @@ class RunSummary(Document):
     created_at: str
     updated_at: str
     dagster_url: str
+
+    @classmethod
+    def of(cls, run: RunRecord, dagster_url: str) -> RunSummary:
+        """The summary of `run`, linking its runs in the Dagster UI at `dagster_url`."""
+        spec = run.spec
+        return cls(
+            run_id=run.run_id,
+            status=run.status,
+            kind=run.kind,
+            owner=run.owner,
+            dataset=spec.dataset.ref,
+            actor=f"{spec.actor.name}@{spec.actor.version}",
+            actor_digest=spec.actor.digest,
+            judge=f"{spec.judge.name}@{spec.judge.version}" if spec.judge else None,
+            model=spec.model,
+            actor_model=spec.actor_model,
+            batches=run.batch_count,
+            idempotency_key=run.idempotency_key,
+            created_at=run.created_at.isoformat(),
+            updated_at=run.updated_at.isoformat(),
+            dagster_url=dagster_runs_url(dagster_url, run.run_id),
+        )
+
+
+def dagster_runs_url(dagster_url: str, run_id: str) -> str:
+    """The Dagster UI's list of a run's Dagster runs (those tagged with its id)."""
+    return f"{dagster_url}/runs?q%5B0%5D=tag%3Asynth%2Frun%3D{run_id}"
 
 
 class AcceptedRun(RunSummary):
@@ -229,6 +258,11 @@ class ServiceStarted(Document):
     log: str
     models: list[str] | None
     """What the model service serves (None for the other services)."""
+    api_key_file: str | None = None
+    """The gateway's: the file holding the local operator's API key (None for the others)."""
+    ca_file: str | None = None
+    """The gateway's on HTTPS: the certificate authority clients check it by
+    (`SYNTH_GATEWAY_CA`); None otherwise."""
 
 
 class ProductionDeploymentStarted(Document):
@@ -482,6 +516,9 @@ DOCUMENTS: dict[str, Any] = {
     "image build": list[ImageBuildDocument],
     "image prune": ImagePruneDocument,
     "image project": ProjectImageDocument,
+    "admin key create": CreatedKey,
+    "admin key list": list[OperatorKey],
+    "admin key revoke": OperatorKey,
 }
 
 

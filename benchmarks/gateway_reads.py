@@ -1,0 +1,198 @@
+"""What reading a run through the gateway costs: a real `synth gateway serve` process over
+a SQLite control database, against the same read made directly in this process (the
+baseline, same run).
+
+- a run's summary: `GET /v1/runs/{run}` over a kept-alive HTTP connection, p50/p99,
+  against `get_run` + `RunSummary.of` on the database directly, and their ratio;
+- events: a follower on `GET /v1/runs/{run}/events?follow=true` (server-sent events),
+  the time from an event's commit to its arrival, p50 and worst;
+- many clients: `--clients` threads polling the summary for `--seconds` while
+  `--followers` follow the run's events and one event is committed every 0.1 s: the
+  polls' p50/p99, errors, and the commit-to-arrival worst case across followers.
+
+    .venv/bin/python -m benchmarks.gateway_reads [--reps 200] [--clients 50] \
+        [--followers 10] [--seconds 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from benchmarks.baseline_tree import PROJECT_ROOT
+from synth_pipelines.config import Settings
+from synth_pipelines.contracts.documents import RunSummary
+from synth_pipelines.contracts.operator_key import KeyRequest
+from synth_pipelines.contracts.profile import PinnedProfile
+from synth_pipelines.contracts.run_spec import DatasetPin, RunRequest
+from synth_pipelines.control.database import control_engine, create_tables
+from synth_pipelines.control.events import read_events, record_event
+from synth_pipelines.control.operator_keys import create_key
+from synth_pipelines.control.runs import accept_run, get_run
+from synth_pipelines.credentials import load_secret
+
+SYNTH = str(Path(sys.executable).parent / "synth")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def follow(
+    url: str, key: str, run_id: str, after: int, arrived: dict[int, float], stop: threading.Event
+) -> None:
+    with httpx.stream(
+        "GET",
+        f"{url}/v1/runs/{run_id}/events",
+        params={"follow": "true", "after": after},
+        headers={"authorization": f"Bearer {key}"},
+        timeout=None,
+    ) as stream:
+        for line in stream.iter_lines():
+            if stop.is_set():
+                return
+            if line.startswith("data: "):
+                event = json.loads(line[6:])
+                if event.get("kind") == "probe":
+                    arrived[event["data"]["index"]] = time.perf_counter()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=200)
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--followers", type=int, default=10)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="gateway-reads-") as directory:
+        os.environ["SYNTH_DATA_DIR"] = str(Path(directory) / "state")
+        settings = Settings()
+        engine = control_engine(settings)
+        create_tables(engine)
+        profile = json.loads((PROJECT_ROOT / "profiles" / "oracle.json").read_text())
+        run = accept_run(
+            engine,
+            RunRequest(
+                owner="alice",
+                dataset=DatasetPin(name="b/one", version="v1", digest="0" * 64, task_count=1),
+                actor=PinnedProfile.from_document(profile),
+                plan={"kind": "eval"},
+            ),
+        )[0]
+        key = create_key(
+            engine,
+            load_secret(settings.gateway_secret_path),
+            KeyRequest(owner="alice", org="lab", role="viewer"),
+        ).secret
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        server = subprocess.Popen(
+            [SYNTH, "gateway", "serve"],
+            env={**os.environ, "SYNTH_GATEWAY_URL": url},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    httpx.get(f"{url}/health", timeout=1)
+                    break
+                except httpx.HTTPError:
+                    assert time.monotonic() < deadline, "the gateway did not start"
+                    time.sleep(0.1)
+            report(engine, url, key, run.run_id, args)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+
+
+def report(engine, url: str, key: str, run_id: str, args: argparse.Namespace) -> None:
+    headers = {"authorization": f"Bearer {key}"}
+    direct, through = [], []
+    with httpx.Client(base_url=url, headers=headers) as client:
+        for _ in range(args.reps):
+            began = time.perf_counter()
+            RunSummary.of(get_run(engine, run_id), "http://dagster").model_dump()
+            direct.append(time.perf_counter() - began)
+            began = time.perf_counter()
+            client.get(f"/v1/runs/{run_id}").raise_for_status()
+            through.append(time.perf_counter() - began)
+    d50, g50 = statistics.median(direct) * 1e3, statistics.median(through) * 1e3
+    print(
+        f"run summary, {args.reps} reads: direct p50 {d50:.2f} ms (baseline), gateway p50 "
+        f"{g50:.2f} ms p99 {percentile(through, 0.99) * 1e3:.2f} ms, ratio {g50 / d50:.1f}"
+    )
+
+    # Followers start after the run's last event, and see only what comes next.
+    (last,) = read_events(engine, run_id=run_id)[-1:]
+    stop = threading.Event()
+    arrivals: list[dict[int, float]] = [{} for _ in range(max(1, args.followers))]
+    followers = [
+        threading.Thread(
+            target=follow, args=(url, key, run_id, last.seq, arrived, stop), daemon=True
+        )
+        for arrived in arrivals
+    ]
+    for thread in followers:
+        thread.start()
+    time.sleep(1.0)
+    latencies: list[float] = []
+    errors = [0]
+
+    def poll() -> None:
+        with httpx.Client(base_url=url, headers=headers, timeout=30) as client:
+            while not stop.is_set():
+                began = time.perf_counter()
+                try:
+                    client.get(f"/v1/runs/{run_id}").raise_for_status()
+                except httpx.HTTPError:
+                    errors[0] += 1
+                latencies.append(time.perf_counter() - began)
+
+    pollers = [threading.Thread(target=poll, daemon=True) for _ in range(args.clients)]
+    for thread in pollers:
+        thread.start()
+    committed: dict[int, float] = {}
+    index, ends = 0, time.monotonic() + args.seconds
+    while time.monotonic() < ends:
+        record_event(engine, run_id, "probe", {"index": index})
+        committed[index] = time.perf_counter()
+        index += 1
+        time.sleep(0.1)
+    time.sleep(1.5)
+    stop.set()
+    for thread in pollers:
+        thread.join(timeout=30)
+    delays = [arrived[i] - committed[i] for arrived in arrivals for i in committed if i in arrived]
+    missing = sum(len(committed) - len(arrived) for arrived in arrivals)
+    print(
+        f"{args.clients} clients polling, {len(followers)} following, {len(committed)} events: "
+        f"polls {len(latencies)} p50 {statistics.median(latencies) * 1e3:.1f} ms p99 "
+        f"{percentile(latencies, 0.99) * 1e3:.1f} ms, {errors[0]} errors; event commit to "
+        f"arrival p50 {statistics.median(delays) * 1e3:.0f} ms worst "
+        f"{max(delays) * 1e3:.0f} ms, {missing} not arrived"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""Who is asking: every request carries an operator's API key, and acts as its owner.
+
+The owner of everything a request reads or creates is the key's, never a field the
+client sends. A key is looked up on every request, so a revoked one is refused from
+the next request on. A route needs a role (`contracts/operator_key.py`): a viewer
+reads, an operator also submits and steers, an admin also manages keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from gateway.state import State
+from synth_pipelines.contracts.api_errors import ApiError
+from synth_pipelines.contracts.operator_key import OperatorKey, Role, allows
+from synth_pipelines.control.operator_keys import KeyRefusedError, authenticate
+
+
+def _presented(request: Request) -> str | None:
+    key = request.headers.get("x-api-key")
+    if key:
+        return key
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    return value.strip() if scheme.lower() == "bearer" and value.strip() else None
+
+
+def operator_key(request: Request, state: State) -> OperatorKey:
+    # A plain function: FastAPI runs it on its thread pool, so the lookup never blocks
+    # the event loop.
+    presented = _presented(request)
+    if presented is None:
+        raise ApiError(
+            "authentication_error",
+            "an API key is required (Authorization: Bearer <key>, or x-api-key); an admin "
+            "creates one with `synth admin key create`",
+        )
+    try:
+        return authenticate(state.engine, state.config.key_secret, presented)
+    except KeyRefusedError as refused:
+        raise ApiError("authentication_error", str(refused)) from None
+
+
+def requires(needed: Role) -> Callable[[OperatorKey], OperatorKey]:
+    def check(key: Annotated[OperatorKey, Depends(operator_key)]) -> OperatorKey:
+        if not allows(key.role, needed):
+            raise ApiError(
+                "permission_error",
+                f"this needs a key with role {needed} or above; key {key.key_id} is a {key.role}'s",
+            )
+        return key
+
+    return check
+
+
+Viewer = Annotated[OperatorKey, Depends(requires("viewer"))]
+Operator = Annotated[OperatorKey, Depends(requires("operator"))]
+Admin = Annotated[OperatorKey, Depends(requires("admin"))]

@@ -1,0 +1,134 @@
+"""Runs as their owner sees them: the list, one run's summary, its events (followed over
+server-sent events from a cursor).
+
+Another owner's run is answered exactly as a run that does not exist (404), so a refusal
+never tells whether it exists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query
+from fastapi.responses import StreamingResponse
+from sqlalchemy import Engine
+
+from gateway.auth import Viewer
+from gateway.openapi import refusals
+from gateway.state import GatewayState, State
+from synth_pipelines.contracts.api_errors import ApiError
+from synth_pipelines.contracts.documents import RunSummary
+from synth_pipelines.contracts.run_event import RunEvent
+from synth_pipelines.contracts.run_record import RunRecord
+from synth_pipelines.control.events import read_events
+from synth_pipelines.control.runs import (
+    KINDS,
+    STATUSES,
+    AmbiguousRunIdError,
+    RunNotFoundError,
+    get_run,
+    list_runs,
+    resolve_run_id,
+)
+
+router = APIRouter(prefix="/v1/runs", tags=["runs"])
+EVENT_PAGE = 1000
+
+
+def owned(engine: Engine, text: str, owner: str) -> RunRecord:
+    """The run `text` names (a whole id or a unique prefix of the owner's runs), if
+    `owner`'s; otherwise 404, the same for a run of another owner as for none."""
+    try:
+        run = get_run(engine, resolve_run_id(engine, text, owner))
+    except AmbiguousRunIdError as ambiguous:
+        raise ApiError("invalid_request_error", str(ambiguous)) from None
+    except RunNotFoundError:
+        run = None
+    if run is None or run.owner != owner:
+        raise ApiError("not_found_error", f"no run {text!r} of yours; `synth run list` shows them")
+    return run
+
+
+@router.get("", response_model=list[RunSummary], responses=refusals(400))
+def list_(
+    key: Viewer,
+    state: State,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    kind: Annotated[str | None, Query(description=f"One of {', '.join(KINDS)}.")] = None,
+    status: Annotated[str | None, Query(description=f"One of {', '.join(STATUSES)}.")] = None,
+) -> list[RunSummary]:
+    """The key owner's runs, newest first."""
+    for name, value, choices in (("kind", kind, KINDS), ("status", status, STATUSES)):
+        if value is not None and value not in choices:
+            raise ApiError(
+                "invalid_request_error", f"{name} {value!r} is not one of {', '.join(choices)}"
+            )
+    found = list_runs(state.engine, owner=key.owner, limit=limit, kind=kind, status=status)
+    return [RunSummary.of(run, state.config.dagster_url) for run in found]
+
+
+@router.get("/{run_id}", response_model=RunSummary, responses=refusals(400, 404))
+def show(run_id: str, key: Viewer, state: State) -> RunSummary:
+    """One of the owner's runs, by its id or a unique prefix of it."""
+    return RunSummary.of(owned(state.engine, run_id, key.owner), state.config.dagster_url)
+
+
+@router.get(
+    "/{run_id}/events",
+    response_model=list[RunEvent],
+    responses={200: {"content": {"text/event-stream": {}}}, **refusals(400, 404)},
+)
+def events(
+    run_id: str,
+    key: Viewer,
+    state: State,
+    after: Annotated[int, Query(ge=0, description="The cursor (seq) to resume after.")] = 0,
+    follow: Annotated[
+        bool, Query(description="Stream events as server-sent events until the run ends.")
+    ] = False,
+    last_event_id: Annotated[str | None, Header()] = None,
+) -> list[RunEvent] | StreamingResponse:
+    """The run's events after the cursor, in order; with `follow`, a stream that ends
+    once the run has finished and every event is sent (an EventSource reconnecting
+    resumes from its `Last-Event-ID`)."""
+    run = owned(state.engine, run_id, key.owner)
+    if not follow:
+        return read_events(state.engine, run_id=run.run_id, after=after, limit=EVENT_PAGE)
+    cursor = int(last_event_id) if last_event_id and last_event_id.isdigit() else after
+    return StreamingResponse(
+        _stream(state, run.run_id, cursor),
+        media_type="text/event-stream",
+        headers={"cache-control": "no-store", "x-accel-buffering": "no"},
+    )
+
+
+async def _stream(state: GatewayState, run_id: str, cursor: int) -> AsyncIterator[str]:
+    config = state.config
+    quiet_since = time.monotonic()
+    while True:
+        found = await asyncio.to_thread(
+            read_events, state.engine, run_id=run_id, after=cursor, limit=EVENT_PAGE
+        )
+        for event in found:
+            cursor = event.seq
+            yield f"id: {event.seq}\nevent: run_event\ndata: {event.model_dump_json()}\n\n"
+        if found:
+            quiet_since = time.monotonic()
+            continue
+        run = await asyncio.to_thread(get_run, state.engine, run_id)
+        if run.finished:
+            latest = await asyncio.to_thread(
+                read_events, state.engine, run_id=run_id, after=cursor, limit=1
+            )
+            if not latest:
+                yield f"event: end\ndata: {json.dumps({'status': run.status})}\n\n"
+                return
+            continue
+        if time.monotonic() - quiet_since >= config.keepalive_sec:
+            quiet_since = time.monotonic()
+            yield ": keepalive\n\n"
+        await asyncio.sleep(config.event_poll_sec)

@@ -1,0 +1,68 @@
+"""A real gateway under uvicorn for tests, with keys and runs made straight in its database."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from sqlalchemy import Engine
+
+from gateway.app import create_app
+from gateway.config import GatewayConfig
+from synth_pipelines.config import Settings
+from synth_pipelines.contracts.operator_key import KeyRequest, Role
+from synth_pipelines.contracts.profile import PinnedProfile
+from synth_pipelines.contracts.run_record import RunRecord
+from synth_pipelines.contracts.run_spec import DatasetPin, RunRequest
+from synth_pipelines.control.database import control_engine, create_tables
+from synth_pipelines.control.operator_keys import create_key
+from synth_pipelines.control.runs import accept_run
+from synth_pipelines.tinker_local.server import serving
+from tests.agent_runs import profile_document
+
+
+@dataclass(frozen=True)
+class Gateway:
+    url: str
+    engine: Engine
+    key_secret: bytes
+
+    def key(self, owner: str, role: Role = "operator", org: str = "lab", **more: int) -> str:
+        """A new key's whole secret, made as an admin would."""
+        request = KeyRequest(owner=owner, org=org, role=role, **more)
+        return create_key(self.engine, self.key_secret, request).secret
+
+    def run(self, owner: str) -> RunRecord:
+        """An accepted evaluation of `owner`'s."""
+        request = RunRequest(
+            owner=owner,
+            dataset=DatasetPin(name="test/one", version="v1", digest="0" * 64, task_count=1),
+            actor=PinnedProfile.from_document(profile_document("oracle.json")),
+            plan={"kind": "eval"},
+        )
+        return accept_run(self.engine, request)[0]
+
+
+@contextmanager
+def gateway(**config: float) -> Iterator[Gateway]:
+    """The gateway on a free loopback port, over the test's control database."""
+    settings = Settings()
+    engine = control_engine(settings)
+    create_tables(engine)
+    key_secret = secrets.token_bytes(32)
+    app = create_app(
+        GatewayConfig(
+            database_url=settings.control_database_url,
+            key_secret=key_secret,
+            dagster_url="http://dagster.invalid",
+            **config,  # type: ignore[arg-type]
+        )
+    )
+    with serving(app) as url:
+        yield Gateway(url, engine, key_secret)
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {key}"}

@@ -1,0 +1,88 @@
+"""Schemathesis against the real gateway under uvicorn: its OpenAPI document is the contract.
+
+Every operation gets schema-valid and schema-violating requests carrying an admin's key;
+each answer must be documented (status and media type), conform to its documented schema,
+be no 5xx, and refuse in the one error shape with a one-line message. Generation is
+derandomized, so a run repeats."""
+
+from __future__ import annotations
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis.errors import Unsatisfiable
+from schemathesis.checks import not_a_server_error
+from schemathesis.generation import GenerationMode
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    negative_data_rejection,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from tests.gateway_support import bearer, gateway
+
+EXAMPLES = 25
+
+
+def one_line_error_shape(ctx, response, case) -> None:
+    if response.status_code < 400:
+        return
+    body = response.json()
+    assert body["type"] == "error", body
+    assert body["error"]["type"] and "\n" not in body["error"]["message"], body
+
+
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    negative_data_rejection,
+    one_line_error_shape,
+]
+
+
+def run_operation(operation, mode: GenerationMode, base_url: str, headers: dict) -> int:
+    """How many generated requests of `mode` the operation answered as documented."""
+    ran = [0]
+
+    @settings(
+        max_examples=EXAMPLES,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        phases=[Phase.explicit, Phase.generate, Phase.shrink],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(case=operation.as_strategy(generation_mode=mode))
+    def exercise(case) -> None:
+        ran[0] += 1
+        case.call_and_validate(base_url=base_url, headers=headers, checks=CHECKS, timeout=30)
+
+    try:
+        exercise()
+    except Unsatisfiable:
+        # No request violates a schema whose every value is allowed (a free string path
+        # parameter, an optional free string query).
+        assert mode is GenerationMode.NEGATIVE, operation.label
+    return ran[0]
+
+
+@pytest.mark.slow
+def test_the_gateway_answers_schema_generated_requests_as_documented(state):
+    with gateway() as gw:
+        headers = bearer(gw.key("root", role="admin"))
+        run = gw.run("root")
+        schema = schemathesis.openapi.from_url(f"{gw.url}/openapi.json")
+        ran = {
+            f"{operation.label} {mode.value}": run_operation(operation, mode, gw.url, headers)
+            for operation in (result.ok() for result in schema.get_all_operations())
+            for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
+        }
+        # The real run's id answers too (generated ids are all unknown).
+        case = schema["/v1/runs/{run_id}"]["GET"].Case(path_parameters={"run_id": run.run_id})
+        case.call_and_validate(base_url=gw.url, headers=headers, checks=CHECKS)
+        for label in ("POST /v1/keys", "GET /v1/runs", "GET /v1/runs/{run_id}/events"):
+            assert ran[f"{label} positive"] >= EXAMPLES and ran[f"{label} negative"] >= 1, ran
+        print(f"schemathesis cases: {sum(ran.values())} {ran}")
