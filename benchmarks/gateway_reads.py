@@ -60,20 +60,24 @@ def free_port() -> int:
 def follow(
     url: str, key: str, run_id: str, after: int, arrived: dict[int, float], stop: threading.Event
 ) -> None:
-    with httpx.stream(
-        "GET",
-        f"{url}/v1/runs/{run_id}/events",
-        params={"follow": "true", "after": after},
-        headers={"authorization": f"Bearer {key}"},
-        timeout=None,
-    ) as stream:
-        for line in stream.iter_lines():
-            if stop.is_set():
-                return
-            if line.startswith("data: "):
-                event = json.loads(line[6:])
-                if event.get("kind") == "probe":
-                    arrived[event["data"]["index"]] = time.perf_counter()
+    try:
+        with httpx.stream(
+            "GET",
+            f"{url}/v1/runs/{run_id}/events",
+            params={"follow": "true", "after": after},
+            headers={"authorization": f"Bearer {key}"},
+            timeout=None,
+        ) as stream:
+            for line in stream.iter_lines():
+                if stop.is_set():
+                    return
+                if line.startswith("data: "):
+                    event = json.loads(line[6:])
+                    if event.get("kind") == "probe":
+                        arrived[event["data"]["index"]] = time.perf_counter()
+    except httpx.HTTPError:
+        if not stop.is_set():
+            raise
 
 
 def main() -> None:

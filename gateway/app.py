@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from gateway.body_limit import BodyLimit
 from gateway.config import GatewayConfig
 from gateway.errors import install_error_handlers
-from gateway.routes import keys, operations, runs
+from gateway.routes import keys, operations, runs, sessions
 from gateway.state import GatewayState
 from synth_pipelines.control.database import create_tables, engine_for
 
@@ -32,6 +32,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
     app.include_router(operations.router)
     app.include_router(keys.router)
     app.include_router(runs.router)
+    app.include_router(sessions.router)
     install_error_handlers(app)
     app.add_middleware(BodyLimit, limit=config.max_body_bytes)
     return app

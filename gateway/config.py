@@ -15,6 +15,10 @@ class GatewayConfig:
     key_secret: bytes
     """The secret operators' keys are hashed under (`control/operator_keys.py`)."""
     dagster_url: str
+    signing_key: bytes
+    """The platform's token signing key: the gateway mints operators' session tokens."""
+    proxy_url: str
+    """The capture proxy sessions sample through, as operators reach it."""
     max_body_bytes: int = MAX_BODY_BYTES
     event_poll_sec: float = 0.2
     """How often a followed run's new events are looked for."""

@@ -12,7 +12,7 @@ from gateway.certificates import ServerCertificate, generated_certificate
 from gateway.config import GatewayConfig
 from proxy.listener_limits import ListenerLimits, limited_protocol
 from synth_pipelines.config import Settings
-from synth_pipelines.credentials import load_secret
+from synth_pipelines.credentials import load_secret, load_signing_key
 
 
 def gateway_config(config: Settings) -> GatewayConfig:
@@ -20,6 +20,8 @@ def gateway_config(config: Settings) -> GatewayConfig:
         database_url=config.control_database_url,
         key_secret=load_secret(config.gateway_secret_path),
         dagster_url=config.dagster_url,
+        signing_key=load_signing_key(config.signing_key_path),
+        proxy_url=config.proxy_url,
     )
 
 

@@ -19,6 +19,7 @@ from synth_pipelines.contracts.run_spec import DatasetPin, RunRequest
 from synth_pipelines.control.database import control_engine, create_tables
 from synth_pipelines.control.operator_keys import create_key
 from synth_pipelines.control.runs import accept_run
+from synth_pipelines.credentials import load_signing_key
 from synth_pipelines.tinker_local.server import serving
 from tests.agent_runs import profile_document
 
@@ -46,8 +47,9 @@ class Gateway:
 
 
 @contextmanager
-def gateway(**config: float) -> Iterator[Gateway]:
-    """The gateway on a free loopback port, over the test's control database."""
+def gateway(proxy_url: str = "http://proxy.invalid") -> Iterator[Gateway]:
+    """The gateway on a free loopback port, over the test's control database, minting
+    session tokens with the state directory's signing key for the proxy at `proxy_url`."""
     settings = Settings()
     engine = control_engine(settings)
     create_tables(engine)
@@ -57,7 +59,8 @@ def gateway(**config: float) -> Iterator[Gateway]:
             database_url=settings.control_database_url,
             key_secret=key_secret,
             dagster_url="http://dagster.invalid",
-            **config,  # type: ignore[arg-type]
+            signing_key=load_signing_key(settings.signing_key_path),
+            proxy_url=proxy_url,
         )
     )
     with serving(app) as url:

@@ -32,6 +32,7 @@ from tests.agent_runs import (
     trial_outcomes,
 )
 from tests.conftest import PROJECT_ROOT
+from tests.gateway_support import gateway
 from tests.live_services import platform, set_script
 
 COMMAND = "grep -m1 -oE '^## [0-9]+\\\\.[0-9]+\\\\.[0-9]+' CHANGELOG.md | cut -d' ' -f2 > VERSION"
@@ -104,9 +105,15 @@ def test_synth_claude_launches_claude_code_here_through_the_proxy(state, tmp_pat
     (workspace / "CHANGELOG.md").write_text("# Changes\n\n## Unreleased\n\n## 2.4.1\n- fix\n")
     home = tmp_path / "home"
     home.mkdir()
-    with platform(monkeypatch) as (model_url, proxy):
+    with platform(monkeypatch) as (model_url, proxy), gateway(proxy.url) as gw:
         set_script(model_url, SCRIPT)
-        env = {**os.environ, "HOME": str(home), "SYNTH_PROXY_URL": proxy.url}
+        # Only the gateway's address and a key: the gateway mints the session's token.
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("SYNTH_PROXY")},
+            "HOME": str(home),
+            "SYNTH_GATEWAY_URL": gw.url,
+            "SYNTH_API_KEY": gw.key(Settings().owner),
+        }
         done = subprocess.run(
             [
                 sys.executable,

@@ -3,8 +3,9 @@
 Bob trains a real one-batch run on the local model service; the platform records its
 checkpoint. Alice, with a proxy token minted for her and with `SYNTH_OWNER=alice` on the
 CLI, can neither sample from it, read it (or the run that holds it), train from it, nor
-launch Claude Code on it with `synth claude`; Bob can do all four (the real Claude Code
-CLI, answered through the proxy from his checkpoint).
+launch Claude Code on it with `synth claude` (the gateway mints that session for the
+owner of her key, and answers as if the checkpoint did not exist); Bob can do all four
+(the real Claude Code CLI, answered through the proxy from his checkpoint).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from synth_pipelines.credentials import load_signing_key, mint_token
 from synth_pipelines.evidence.reader import read_attempt_evidence
 from synth_pipelines.storage.objectstore import open_object_store
 from tests.conftest import PROJECT_ROOT
+from tests.gateway_support import Gateway, gateway
 from tests.live_services import Proxy, platform, set_script
 from tests.training_runs import (
     accept_training,
@@ -85,13 +87,15 @@ def _synth(owner: str, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-def _claude(owner: str, model: str, workdir: Path) -> subprocess.CompletedProcess:
-    """`synth claude --model MODEL -- -p hi` in `workdir`, as `owner`."""
+def _claude(gw: Gateway, owner: str, model: str, workdir: Path) -> subprocess.CompletedProcess:
+    """`synth claude --model MODEL -- -p hi` in `workdir`, with a key of `owner`'s."""
     home = workdir / "home"
     home.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SYNTH_PROXY")}
+    env |= {"SYNTH_GATEWAY_URL": gw.url, "SYNTH_API_KEY": gw.key(owner), "HOME": str(home)}
     return subprocess.run(
         [SYNTH, "claude", "--model", model, "--", "-p", "hi", "--output-format", "json"],
-        env={**os.environ, "SYNTH_OWNER": owner, "HOME": str(home)},
+        env=env,
         cwd=workdir,
         capture_output=True,
         text=True,
@@ -139,8 +143,14 @@ def test_only_the_owner_samples_reads_and_trains_from_a_checkpoint(state, tmp_pa
         assert sampled.json()["content"][0]["text"] == "hello from bob"
 
         workdir = tmp_path / "bob-project"
-        _refused(_claude("alice", sampler, workdir), f"model {sampler!r}")
-        launched = _claude("bob", sampler, workdir)
+        with gateway(proxy.url) as gw:
+            # The gateway mints no session on another owner's checkpoint, and its refusal
+            # does not say the checkpoint exists.
+            refused = _claude(gw, "alice", sampler, workdir)
+            assert refused.returncode == 2, refused.stdout + refused.stderr
+            assert f"no model {sampler!r} you may sample" in refused.stderr
+            assert ANOTHER_OWNER not in refused.stderr and "Traceback" not in refused.stderr
+            launched = _claude(gw, "bob", sampler, workdir)
         assert launched.returncode == 0, launched.stdout + launched.stderr
         assert json.loads(launched.stdout)["result"] == "hello from bob"
         proxy.flush()

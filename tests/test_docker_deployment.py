@@ -107,6 +107,8 @@ def docker_deployment() -> Iterator[DockerDeployment]:
         ],
         health_url=f"http://127.0.0.1:{model_port}/api/v1/healthz",
         address=f"http://127.0.0.1:{model_port}",
+        # The deployment's services present this key, and the model service checks it.
+        env={"TINKER_API_KEY": "tml-docker-test"},
     )
     operator = {
         **os.environ,
@@ -242,7 +244,7 @@ def _slow_dataset(root: Path, seconds: int) -> Path:
 # The first test of a fresh image cache builds the image (minutes) before its runs.
 @pytest.mark.timeout(1800)
 def test_an_evaluation_and_a_training_run_run_together_in_containers(
-    deployed: DockerDeployment, tmp_path: Path
+    deployed: DockerDeployment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     deployed.publish_sample_dataset()
     published = deployed.synth(
@@ -255,6 +257,8 @@ def test_an_evaluation_and_a_training_run_run_together_in_containers(
         "v1",
     )
     assert published.returncode == 0, published.stderr
+    # The script goes to the model service with the deployment's key, as its services' calls.
+    monkeypatch.setenv("TINKER_API_KEY", deployed.environment.env["TINKER_API_KEY"])
     script_one_right_one_wrong(deployed.environment.env["SYNTH_MODEL_SERVICE_URL"], batches=3)
     training = _start(
         deployed,

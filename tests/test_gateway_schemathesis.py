@@ -21,6 +21,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from tests.gateway_support import bearer, gateway
+from tests.live_services import platform
 
 EXAMPLES = 25
 
@@ -70,8 +71,9 @@ def run_operation(operation, mode: GenerationMode, base_url: str, headers: dict)
 
 
 @pytest.mark.slow
-def test_the_gateway_answers_schema_generated_requests_as_documented(state):
-    with gateway() as gw:
+def test_the_gateway_answers_schema_generated_requests_as_documented(state, monkeypatch):
+    # A live proxy: a session's model is looked up there.
+    with platform(monkeypatch) as (_model_url, proxy), gateway(proxy.url) as gw:
         headers = bearer(gw.key("root", role="admin"))
         run = gw.run("root")
         schema = schemathesis.openapi.from_url(f"{gw.url}/openapi.json")

@@ -60,8 +60,17 @@ def test_concurrent_submissions_with_one_key_accept_one_run(state):
 def test_reusing_a_key_for_a_different_request_is_refused(state):
     engine = control_engine(Settings())
     accept_run(engine, _request(attempts=2), "key-2")
-    with pytest.raises(IdempotencyConflictError, match="different dataset, profile or plan"):
+    with pytest.raises(IdempotencyConflictError) as refused:
         accept_run(engine, _request(attempts=3), "key-2")
+    # The refusal names what differs, and only that, on one line.
+    message = str(refused.value)
+    assert "plan.attempts_per_task: 2 -> 3" in message and "\n" not in message
+    assert "dataset" not in message and "actor" not in message
+    with pytest.raises(IdempotencyConflictError, match='model: null -> "synth/qwen3-tiny"'):
+        accept_run(engine, _request().model_copy(update={"model": "synth/qwen3-tiny"}), "key-2")
+    judged = _request().model_copy(update={"judge": _request().actor})
+    with pytest.raises(IdempotencyConflictError, match=r"judge: none -> \S+@\S+ \(sha256:"):
+        accept_run(engine, judged, "key-2")
 
 
 def test_acceptance_pins_the_spec_and_counts_batches(state):

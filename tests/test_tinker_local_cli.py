@@ -40,7 +40,8 @@ def test_serve_answers_the_sdk_handshake(tmp_path: Path) -> None:
     port = _free_port()
     server = subprocess.Popen(
         [sys.executable, "-c", SERVE, "model", "serve", "--port", str(port)],
-        env={**os.environ, "SYNTH_DATA_DIR": str(tmp_path)},
+        # The key the service answers: the one every request below presents.
+        env={**os.environ, "SYNTH_DATA_DIR": str(tmp_path), "TINKER_API_KEY": "tml-cli-test"},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

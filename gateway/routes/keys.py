@@ -9,6 +9,7 @@ from gateway.openapi import refusals
 from gateway.state import State
 from synth_pipelines.contracts.api_errors import ApiError
 from synth_pipelines.contracts.operator_key import CreatedKey, KeyRequest, OperatorKey
+from synth_pipelines.control.interactive_tokens import revoke_sessions_of_key
 from synth_pipelines.control.operator_keys import (
     KeyNotFoundError,
     create_key,
@@ -33,8 +34,11 @@ def list_(_admin: Admin, state: State, owner: str | None = None) -> list[Operato
 
 @router.delete("/{key_id}", response_model=OperatorKey, responses=refusals(403, 404))
 def revoke(key_id: str, _admin: Admin, state: State) -> OperatorKey:
-    """Refuse the key from the next request on."""
+    """Refuse the key from the next request on, and the session tokens it minted."""
     try:
-        return revoke_key(state.engine, key_id)
+        revoked = revoke_key(state.engine, key_id)
     except KeyNotFoundError as missing:
         raise ApiError("not_found_error", str(missing)) from None
+    # What the key minted goes with it: its owner's harness sessions at the proxy.
+    revoke_sessions_of_key(state.engine, key_id, f"API key {key_id} was revoked")
+    return revoked

@@ -97,37 +97,24 @@ def claude(
     ctx: typer.Context,
     model: str = typer.Option(..., "--model", help="A base model or a checkpoint reference."),
 ) -> None:
-    """Launch the installed Claude Code here, through the capture proxy (args after --)."""
+    """Launch the installed Claude Code here, through the capture proxy (args after --),
+    with a session token the gateway mints for your key's owner and this model."""
     from synth_pipelines.agents.engines import MODEL_ALIASES
-    from synth_pipelines.agents.session import (
-        AttemptIdentity,
-        ModelUnavailableError,
-        mint_attempt_token,
-        model_limits,
-    )
+    from synth_pipelines.cli.gateway_client import GatewayClient
 
     config: Settings = ctx.obj
     binary = config.claude_code
     if not binary.exists():
         fail(f"Claude Code is not installed at {binary}; run `make setup`")
-    identity = AttemptIdentity(
-        run_id="interactive",
-        attempt_id=f"claude-{os.getpid()}",
-        owner=config.owner,
-        task_name=str(Path.cwd()),
-        model=model,
-        role="interactive",
-    )
-    token, _ = mint_attempt_token(identity, 12 * 3600, config.signing_key_path)
-    with user_errors(ModelUnavailableError):
-        context_window, max_output = model_limits(config.proxy_url, token, model)
+    with user_errors():
+        session = GatewayClient(config).request("POST", "/v1/sessions", json={"model": model})
     env = {
         **os.environ,
-        "ANTHROPIC_BASE_URL": config.proxy_url,
-        "ANTHROPIC_AUTH_TOKEN": token,
+        "ANTHROPIC_BASE_URL": session["proxy_url"],
+        "ANTHROPIC_AUTH_TOKEN": session["token"],
         **dict.fromkeys(MODEL_ALIASES, model),
-        "CLAUDE_CODE_MAX_CONTEXT_TOKENS": str(context_window),
-        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(max_output),
+        "CLAUDE_CODE_MAX_CONTEXT_TOKENS": str(session["context_window"]),
+        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(session["max_output"]),
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
     }
     env.pop("ANTHROPIC_API_KEY", None)

@@ -16,13 +16,14 @@ COMMANDS = {
     ),
     "claude": CommandSource(
         "synth_pipelines.cli.agents:claude",
-        "Launch the installed Claude Code here, through the capture proxy (args after --).",
+        "Launch the installed Claude Code here, through the capture proxy (args after --), "
+        "with a session token the gateway mints for your key's owner and this model.",
         PASS_THROUGH,
     ),
     "up": CommandSource(
         "synth_pipelines.cli.services:up",
-        "Start the embedded services unless they run: model service, proxy, Dagster code "
-        "server, daemon and UI (--production: the production-shaped deployment).",
+        "Start the embedded services unless they run: model service, proxy, gateway, Dagster "
+        "code server, daemon and UI (--production: the production-shaped deployment).",
     ),
     "down": CommandSource(
         "synth_pipelines.cli.services:down",

@@ -6,6 +6,7 @@ event. A retry with the same idempotency key returns the run it created.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -49,11 +50,42 @@ def _find_by_key(engine: Engine, owner: str, key: str) -> RunRecord | None:
     return RunRecord.model_validate(row, from_attributes=True) if row else None
 
 
-def _check_same_request(existing: RunRecord, digest: str, key: str) -> RunRecord:
-    if existing.request_digest != digest:
+def request_differences(before: RunRequest, after: RunRequest) -> list[str]:
+    """What `after` asks differently from `before`, field by field (a plan's and a
+    profile's by their own fields), each as `field: before -> after`."""
+    first = before.model_dump(mode="json", include=set(RunRequest.model_fields))
+    second = after.model_dump(mode="json", include=set(RunRequest.model_fields))
+    found: list[str] = []
+    for name in RunRequest.model_fields:
+        was, now = first.get(name), second.get(name)
+        if was == now:
+            continue
+        if name in ("actor", "judge"):
+            found.append(f"{name}: {_pinned(was)} -> {_pinned(now)}")
+        elif isinstance(was, dict) and isinstance(now, dict):
+            found += [
+                f"{name}.{field}: {json.dumps(was.get(field))} -> {json.dumps(now.get(field))}"
+                for field in sorted(set(was) | set(now))
+                if was.get(field) != now.get(field)
+            ]
+        else:
+            found.append(f"{name}: {json.dumps(was)} -> {json.dumps(now)}")
+    return found
+
+
+def _pinned(profile: dict[str, str] | None) -> str:
+    """A pinned profile as a person reads it: its name, version and digest's start."""
+    if profile is None:
+        return "none"
+    return f"{profile['name']}@{profile['version']} ({profile['digest'][:19]})"
+
+
+def _check_same_request(existing: RunRecord, request: RunRequest, key: str) -> RunRecord:
+    if existing.request_digest != request.digest():
+        differences = request_differences(existing.spec, request) or ["its digest"]
         raise IdempotencyConflictError(
             f"idempotency key {key!r} already belongs to run {existing.run_id}, which was "
-            "submitted with a different dataset, profile or plan; use a new key"
+            f"submitted differently ({'; '.join(differences)}); use a new key"
         )
     return existing
 
@@ -70,7 +102,7 @@ def accept_run(
     digest = request.digest()
     existing = _find_by_key(engine, request.owner, key)
     if existing is not None:
-        return _check_same_request(existing, digest, key), False
+        return _check_same_request(existing, request, key), False
     before_create()
     now = datetime.now(UTC)
     spec = RunSpec(**request.model_dump(), run_id=f"r-{uuid.uuid4().hex[:12]}", accepted_at=now)
@@ -108,7 +140,7 @@ def accept_run(
         winner = _find_by_key(engine, request.owner, key)
         if winner is None:
             raise
-        return _check_same_request(winner, digest, key), False
+        return _check_same_request(winner, request, key), False
     record = get_run(engine, spec.run_id)
     return record, True
 

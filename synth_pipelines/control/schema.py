@@ -264,3 +264,18 @@ operator_keys = Table(
     Column("expires_at", DateTime(timezone=True), nullable=True),
     Column("revoked_at", DateTime(timezone=True), nullable=True),
 )
+
+interactive_tokens = Table(
+    "interactive_tokens",
+    metadata,
+    # The tokens the gateway minted for operators' own harness sessions: whose they are
+    # (so only their owner revokes one) and the key that asked (revoked with it).
+    Column("token_id", String(64), primary_key=True),
+    Column("key_id", String(32), nullable=False),
+    Column("owner", String(64), nullable=False),
+    Column("attempt_id", String(200), nullable=False),
+    Column("model", Text, nullable=False),
+    Column("expires_at", BigInteger, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Index("ix_interactive_tokens_key", "key_id"),
+)
