@@ -9,60 +9,25 @@ import logging
 
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, Phase, given, settings
-from schemathesis.checks import not_a_server_error
 from schemathesis.generation import GenerationMode
-from schemathesis.specs.openapi.checks import (
-    content_type_conformance,
-    negative_data_rejection,
-    response_schema_conformance,
-    status_code_conformance,
-)
 
 from tests.live_services import platform, set_script
+from tests.schemathesis_cases import DOCUMENTED, error_shape, run_cases
 
 EXAMPLES_PER_MODE = {"POST /v1/messages": 50, "POST /v1/messages/count_tokens": 25}
 OTHER_OPERATION_EXAMPLES = 5
 
 
-def anthropic_error_shape(ctx, response, case) -> None:
-    """A refusal is `{"type": "error", "error": {"type": ..., "message": ...}}`, nothing else."""
-    if response.status_code < 400:
-        return
-    body = response.json()
-    assert body["type"] == "error", body
-    assert isinstance(body["error"]["type"], str) and body["error"]["message"], body
-
-
-CHECKS = [
-    not_a_server_error,
-    status_code_conformance,
-    content_type_conformance,
-    response_schema_conformance,
-    negative_data_rejection,
-    anthropic_error_shape,
-]
-
-
 def run_operation(operation, mode: GenerationMode, base_url: str, headers: dict) -> int:
-    ran = [0]
-    examples = EXAMPLES_PER_MODE.get(operation.label, OTHER_OPERATION_EXAMPLES)
-
-    @settings(
-        max_examples=examples,
-        derandomize=True,
-        database=None,
-        deadline=None,
-        phases=[Phase.explicit, Phase.generate, Phase.shrink],
-        suppress_health_check=list(HealthCheck),
+    return run_cases(
+        operation,
+        mode,
+        base_url=base_url,
+        headers=headers,
+        checks=[*DOCUMENTED, error_shape],
+        examples=EXAMPLES_PER_MODE.get(operation.label, OTHER_OPERATION_EXAMPLES),
+        timeout=60,
     )
-    @given(case=operation.as_strategy(generation_mode=mode))
-    def exercise(case) -> None:
-        ran[0] += 1
-        case.call_and_validate(base_url=base_url, headers=headers, checks=CHECKS, timeout=60)
-
-    exercise()
-    return ran[0]
 
 
 def proxy_errors(caplog: pytest.LogCaptureFixture) -> str:

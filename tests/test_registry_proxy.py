@@ -5,38 +5,10 @@ this host, not a TLS session with another name through a registry's tunnel."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import ssl
-import threading
-from collections.abc import Iterator
-
-import pytest
 
 from synth_pipelines.sandbox.registry_hosts import RegistryHosts
 from synth_pipelines.sandbox.registry_proxy import RegistryProxy
-
-
-@pytest.fixture
-def host_listener() -> Iterator[tuple[int, list[str]]]:
-    """A TCP listener on the host's loopback (its port), and what connected to it."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    accepted: list[str] = []
-
-    def serve() -> None:
-        while True:
-            try:
-                connection, peer = listener.accept()
-            except OSError:
-                return
-            accepted.append(str(peer))
-            connection.close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield listener.getsockname()[1], accepted
-    listener.shutdown(socket.SHUT_RDWR)  # wakes the accept
-    listener.close()
-    thread.join(timeout=5)
 
 
 async def ask(hosts: RegistryHosts, request: bytes) -> bytes:
