@@ -77,6 +77,3 @@ class GatewayClient:
         if response.is_error:
             raise UserError(_refusal(response))
         return response.json()
-
-    def close(self) -> None:
-        self._client.close()
