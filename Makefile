@@ -48,7 +48,7 @@ demo: setup
 	$(SYNTH) run start --dataset synth/sample@v1 --actor @profiles/oracle.json \
 		--plan @plans/eval.json --idempotency-key demo-oracle-eval-v1 --wait
 	scripts/demo-learning.sh
-	@echo "Dagster UI: http://127.0.0.1:3000 (Assets > trials / assessments, partitions per batch; Runs tagged synth/run)"
+	@echo "Dagster UI: \`$(SYNTH) ui\` prints a sign-in link (Assets > trials / assessments, partitions per batch; Runs tagged synth/run)"
 
 # The lint checks are tests (tests/test_lint.py): each is one process on one core, so
 # they run on one worker while the other runs tests, not before the suite.

@@ -11,6 +11,8 @@ from pydantic import Field
 from assets.run_tags import run_tags
 from resources.control_database import ControlDatabase
 from synth_pipelines.config import Settings
+from synth_pipelines.contracts.dagster_tags import OWNER_TAG
+from synth_pipelines.contracts.operator_key import LOCAL_ORG
 from synth_pipelines.control.runs import IdempotencyConflictError
 from synth_pipelines.registry.datasets import DatasetError
 from synth_pipelines.runtime.served_models import ModelNotServedError, served_models
@@ -67,14 +69,18 @@ def accepted_run(
         judge=config.judge,
         model=config.model,
     )
+    # Launched through the gateway, the run is the launching key's owner's (the gateway
+    # sets the tag, whatever the client sent); by the platform itself, the deployment's.
+    owner = context.run.tags.get(OWNER_TAG, deployment.owner)
     try:
         run, created = submit_run(
             control.engine(),
             submission,
-            deployment.owner,
+            owner,
             config.idempotency_key,
             base_dir=deployment.project_root,
-            models=served_models(deployment),
+            org=LOCAL_ORG,
+            models=served_models(deployment, owner),
         )
     except (SubmissionError, DatasetError, IdempotencyConflictError, ModelNotServedError) as error:
         raise dg.Failure(description=str(error), allow_retries=False) from None

@@ -1,6 +1,8 @@
-"""The Dagster run tags of every run launched for an accepted run: which run, and what it
-evaluates or trains (dataset, actor, model, idempotency key), so the Runs page filters by them."""
+"""The Dagster run tags of every run launched for an accepted run: which run, whose, and what
+it evaluates or trains (dataset, actor, model, idempotency key), so the Runs page filters by
+them."""
 
+from synth_pipelines.contracts.dagster_tags import OWNER_TAG
 from synth_pipelines.contracts.run_record import RunRecord
 
 UNBOUND_MODEL = "served base model"
@@ -11,6 +13,7 @@ def run_tags(run: RunRecord) -> dict[str, str]:
     spec = run.spec
     return {
         "synth/run": run.run_id,
+        OWNER_TAG: run.owner,
         "synth/kind": run.kind,
         "synth/dataset": spec.dataset.ref,
         "synth/actor": f"{spec.actor.name}@{spec.actor.version}",

@@ -15,6 +15,7 @@ from assets.partitions import RUNS
 from assets.run_tags import run_tags
 from resources.control_database import ControlDatabase
 from synth_pipelines.config import Settings
+from synth_pipelines.contracts.operator_key import LOCAL_ORG
 from synth_pipelines.control.checkpoints import newest_checkpoint
 from synth_pipelines.runtime.served_models import ModelNotServedError, served_models
 from synth_pipelines.submission.errors import SubmissionError
@@ -53,7 +54,8 @@ def nightly_checkpoint_evaluation(
             ),
             deployment.owner,
             idempotency_key=f"nightly-{night}-{checkpoint.sampler_path}",
-            models=served_models(deployment),
+            org=LOCAL_ORG,
+            models=served_models(deployment, deployment.owner),
         )
     except (SubmissionError, ModelNotServedError) as error:
         return dg.SkipReason(f"cannot evaluate {checkpoint.sampler_path}: {error}")

@@ -1,5 +1,8 @@
 """The batch gate: admits accepted runs and advances each run one batch at a time.
 
+An accepted run is admitted under its organization's limit on concurrent runs
+(`control/run_admission.py`): over it, the run waits in line with a `run.queued` event,
+and a later tick admits and launches it once one of the organization's runs ends.
 Batch k+1 is admitted only after batch k's terminal asset (the checkpoint for training,
 assessments for an evaluation, trials for unscored execution) is materialized. The sensor
 walks the control database's events and each terminal asset's materializations in order
@@ -22,6 +25,7 @@ from synth_pipelines.contracts.run_event import RunEvent
 from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.contracts.run_spec import batch_key, parse_batch_key
 from synth_pipelines.control.events import read_events
+from synth_pipelines.control.run_admission import admit_waiting_runs
 from synth_pipelines.control.run_lifecycle import interrupt_run
 from synth_pipelines.control.runs import get_run
 from synth_pipelines.runtime.failures import innermost_cause
@@ -98,6 +102,23 @@ def batch_gate(context: dg.SensorEvaluationContext, control: ControlDatabase) ->
     requests: list[dg.RunRequest] = []
     new_runs: list[str] = []
     new_batches: list[str] = []
+    accepted: list[str] = []
+
+    def launch(run: RunRecord) -> None:
+        new_runs.append(run.run_id)
+        requests.append(
+            dg.RunRequest(
+                run_key=f"spec:{run.run_id}",
+                job_name=pin_run_spec.name,
+                partition_key=run.run_id,
+                tags=run_tags(run),
+            )
+        )
+        if run.kind == "warm_start":
+            requests.append(warm_start_request(run, f"warm:{run.run_id}"))
+            return
+        new_batches.append(batch_key(run.run_id, 0))
+        requests.append(batch_request(run, 0))
 
     for event in read_events(
         engine, after=cursor.events, kinds=("run.accepted", "run.resumed"), limit=200
@@ -114,20 +135,15 @@ def batch_gate(context: dg.SensorEvaluationContext, control: ControlDatabase) ->
             new_batches.append(partition)
             requests.append(request)
             continue
-        new_runs.append(run.run_id)
-        requests.append(
-            dg.RunRequest(
-                run_key=f"spec:{run.run_id}",
-                job_name=pin_run_spec.name,
-                partition_key=run.run_id,
-                tags=run_tags(run),
-            )
-        )
-        if run.kind == "warm_start":
-            requests.append(warm_start_request(run, f"warm:{run.run_id}"))
-            continue
-        new_batches.append(batch_key(run.run_id, 0))
-        requests.append(batch_request(run, 0))
+        if run.admitted_at is None:
+            accepted.append(run.run_id)
+        else:
+            # Admitted by a tick that ended before it moved the cursor on: launch it
+            # again (its run keys make the launch happen once).
+            launch(run)
+
+    for run_id in admit_waiting_runs(engine, announce=accepted).admitted:
+        launch(get_run(engine, run_id))
 
     for asset in sorted(set(TERMINAL_ASSETS.values())):
         records = context.instance.fetch_materializations(

@@ -4,6 +4,8 @@ baseline, same run).
 
 - a run's summary: `GET /v1/runs/{run}` over a kept-alive HTTP connection, p50/p99,
   against `get_run` + `RunSummary.of` on the database directly, and their ratio;
+- admission: `POST /v1/runs` (a new idempotency key each time) until the run is accepted,
+  p50/p99, against `submit_run` on the database directly, and their ratio;
 - events: a follower on `GET /v1/runs/{run}/events?follow=true` (server-sent events),
   the time from an event's commit to its arrival, p50 and worst;
 - many clients: `--clients` threads polling the summary for `--seconds` while
@@ -101,6 +103,7 @@ def main() -> None:
                 actor=PinnedProfile.from_document(profile),
                 plan={"kind": "eval"},
             ),
+            org="local",
         )[0]
         key = create_key(
             engine,
@@ -125,9 +128,60 @@ def main() -> None:
                     assert time.monotonic() < deadline, "the gateway did not start"
                     time.sleep(0.1)
             report(engine, url, key, run.run_id, args)
+            operator = create_key(
+                engine,
+                load_secret(settings.gateway_secret_path),
+                KeyRequest(owner="alice", org="lab", role="operator"),
+            ).secret
+            admission(engine, url, operator, min(args.reps, 100))
         finally:
             server.terminate()
             server.wait(timeout=30)
+
+
+class _NoModel:
+    """The oracle's runs sample no model: nothing is asked."""
+
+    def require(self, model: str, *, train: bool) -> None:
+        raise AssertionError(f"an oracle's run asked for model {model}")
+
+
+def admission(engine, url: str, key: str, reps: int) -> None:
+    """Accepting a run of a published dataset, through the gateway and directly."""
+    from benchmarks.trivial_tasks import write_task
+    from synth_pipelines.registry.datasets import publish_dataset
+    from synth_pipelines.storage.objectstore import open_object_store
+    from synth_pipelines.submission.run_requests import Submission, submit_run
+
+    with tempfile.TemporaryDirectory(prefix="gateway-admission-") as directory:
+        write_task(Path(directory), 0)
+        store = open_object_store(Settings().objects_url)
+        publish_dataset(engine, store, Path(directory), "bench/admit", "v1", "alice")
+    profile = (PROJECT_ROOT / "profiles" / "oracle.json").read_text()
+    body = {"dataset": "bench/admit@v1", "actor": json.loads(profile), "plan": {"kind": "eval"}}
+    direct, through = [], []
+    with httpx.Client(base_url=url, headers={"authorization": f"Bearer {key}"}) as client:
+        for index in range(reps):
+            began = time.perf_counter()
+            submit_run(
+                engine,
+                Submission(dataset=body["dataset"], actor=profile, plan='{"kind": "eval"}'),
+                "alice",
+                f"direct-{index}",
+                org="lab",
+                models=_NoModel(),
+            )
+            direct.append(time.perf_counter() - began)
+            began = time.perf_counter()
+            client.post(
+                "/v1/runs", json={**body, "idempotency_key": f"gw-{index}"}
+            ).raise_for_status()
+            through.append(time.perf_counter() - began)
+    d50, g50 = statistics.median(direct) * 1e3, statistics.median(through) * 1e3
+    print(
+        f"run start accepted, {reps} runs: direct p50 {d50:.1f} ms (baseline), gateway p50 "
+        f"{g50:.1f} ms p99 {percentile(through, 0.99) * 1e3:.1f} ms, ratio {g50 / d50:.1f}"
+    )
 
 
 def report(engine, url: str, key: str, run_id: str, args: argparse.Namespace) -> None:

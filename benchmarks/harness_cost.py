@@ -129,7 +129,7 @@ def _evaluate(platform: Platform, dataset: DatasetPin, harness: str, concurrency
     )
     cpu = tree_cpu_sec(list(platform.pids.values()))
     started = time.monotonic()
-    run = accept_run(engine, request)[0]
+    run = accept_run(engine, request, org="local")[0]
     while not get_run(engine, run.run_id).finished:
         if time.monotonic() - started > TIMEOUT_SEC:
             raise RuntimeError(f"{harness}: run {run.run_id} did not finish in {TIMEOUT_SEC} s")

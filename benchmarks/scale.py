@@ -112,7 +112,7 @@ def accept_evaluation(
             },
         ),
     )
-    return accept_run(engine, request)[0]
+    return accept_run(engine, request, org="local")[0]
 
 
 def finished_attempts(run_id: str) -> int:

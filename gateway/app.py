@@ -15,9 +15,33 @@ from fastapi import FastAPI
 from gateway.body_limit import BodyLimit
 from gateway.config import GatewayConfig
 from gateway.errors import install_error_handlers
-from gateway.routes import keys, operations, runs, sessions
+from gateway.routes import (
+    attempts,
+    checkpoints,
+    dagster,
+    datasets,
+    downloads,
+    keys,
+    model_calls,
+    models,
+    operations,
+    orgs,
+    policy_updates,
+    pool,
+    profiles,
+    regrades,
+    run_exports,
+    run_reports,
+    run_steering,
+    runs,
+    sessions,
+    ui_sessions,
+    uploads,
+)
+from gateway.routes.dagster import upstream_client
 from gateway.state import GatewayState
 from synth_pipelines.control.database import create_tables, engine_for
+from synth_pipelines.storage.objectstore import open_object_store
 
 
 def create_app(config: GatewayConfig) -> FastAPI:
@@ -25,14 +49,40 @@ def create_app(config: GatewayConfig) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = engine_for(config.database_url)
         create_tables(engine)
-        app.state.gateway = GatewayState(config=config, engine=engine)
-        yield
+        store = open_object_store(config.objects_url, endpoint_url=config.s3_endpoint_url)
+        async with upstream_client() as dagster, upstream_client() as model_calls:
+            app.state.gateway = GatewayState(
+                config=config, engine=engine, store=store, dagster=dagster, model_calls=model_calls
+            )
+            yield
 
     app = FastAPI(title="synth gateway", version="1", lifespan=lifespan)
     app.include_router(operations.router)
     app.include_router(keys.router)
+    app.include_router(orgs.router)
+    app.include_router(pool.router)
     app.include_router(runs.router)
+    app.include_router(run_reports.router)
+    app.include_router(run_steering.router)
+    app.include_router(run_exports.router)
+    app.include_router(attempts.router)
+    app.include_router(models.router)
+    app.include_router(downloads.router)
+    app.include_router(policy_updates.router)
+    app.include_router(regrades.router)
+    app.include_router(checkpoints.router)
     app.include_router(sessions.router)
+    app.include_router(ui_sessions.router)
+    app.include_router(dagster.router)
+    app.include_router(datasets.router)
+    app.include_router(uploads.router)
+    app.include_router(profiles.router)
+    app.include_router(model_calls.router)
     install_error_handlers(app)
-    app.add_middleware(BodyLimit, limit=config.max_body_bytes)
+    app.add_middleware(
+        BodyLimit,
+        limit=config.max_body_bytes,
+        # The proxy holds model calls to limits of its own.
+        bounded_by_route=(uploads.UPLOADS_PREFIX, model_calls.MODEL_CALLS_PREFIX + "/"),
+    )
     return app

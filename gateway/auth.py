@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import Depends, Request
+from starlette.requests import HTTPConnection
 
 from gateway.state import State
 from synth_pipelines.contracts.api_errors import ApiError
@@ -19,18 +20,19 @@ from synth_pipelines.contracts.operator_key import OperatorKey, Role, allows
 from synth_pipelines.control.operator_keys import KeyRefusedError, authenticate
 
 
-def _presented(request: Request) -> str | None:
-    key = request.headers.get("x-api-key")
+def presented_key(connection: HTTPConnection) -> str | None:
+    """The API key the request (or websocket) presents in its headers, if any."""
+    key = connection.headers.get("x-api-key")
     if key:
         return key
-    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    scheme, _, value = connection.headers.get("authorization", "").partition(" ")
     return value.strip() if scheme.lower() == "bearer" and value.strip() else None
 
 
 def operator_key(request: Request, state: State) -> OperatorKey:
     # A plain function: FastAPI runs it on its thread pool, so the lookup never blocks
     # the event loop.
-    presented = _presented(request)
+    presented = presented_key(request)
     if presented is None:
         raise ApiError(
             "authentication_error",

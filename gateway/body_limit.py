@@ -4,7 +4,8 @@ Control requests are small; bulk data goes to the object store through upload gr
 A declared length over the limit is refused unread; a body that grows past it while
 streaming (chunked, or lying about its length) is refused at the chunk that crosses it.
 Both answer in the error shape (Starlette's own limit answers a declared length in plain
-text).
+text). The upload route is the exception: its body is a grant's package, which it streams
+to the object store and holds to the grant's size itself (`gateway.routes.uploads`).
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ from gateway.errors import error_response
 
 
 class BodyLimit:
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, bounded_by_route: tuple[str, ...] = ()) -> None:
         self.app = app
         self.limit = limit
+        self.bounded_by_route = bounded_by_route
+        """Path prefixes whose routes hold their bodies to limits of their own."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope["path"].startswith(self.bounded_by_route):
             await self.app(scope, receive, send)
             return
         declared = dict(scope["headers"]).get(b"content-length", b"")

@@ -16,8 +16,11 @@ _ERRORS: dict[int, str] = {
     401: "authentication_error: no API key, or one that is malformed, wrong, expired or revoked",
     403: "permission_error: the key's role is below what the operation needs",
     404: "not_found_error: nothing of the key's owner by that name (another owner's is the same)",
+    409: "conflict_error: it exists already: the idempotency key's run (accepted for another "
+    "request), or the object an upload grant is for",
     413: "request_too_large: the body is over the gateway's limit",
     422: "invalid_request_error: the request does not validate; the message names the field",
+    500: "api_error: a service this operation needs did not answer; the message names it",
 }
 
 

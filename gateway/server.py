@@ -13,6 +13,7 @@ from gateway.config import GatewayConfig
 from proxy.listener_limits import ListenerLimits, limited_protocol
 from synth_pipelines.config import Settings
 from synth_pipelines.credentials import load_secret, load_signing_key
+from synth_pipelines.runtime.admission import WorkerPool
 
 
 def gateway_config(config: Settings) -> GatewayConfig:
@@ -22,6 +23,15 @@ def gateway_config(config: Settings) -> GatewayConfig:
         dagster_url=config.dagster_url,
         signing_key=load_signing_key(config.signing_key_path),
         proxy_url=config.proxy_url,
+        objects_url=config.objects_url,
+        s3_endpoint_url=config.s3_endpoint_url,
+        dagster_home=config.dagster_home,
+        teacher_service_url=config.teacher_service_url,
+        model_registry=config.model_registry,
+        work_dir=config.work_dir,
+        model_service_url=config.model_backend_url,
+        model_service_key=config.tinker_api_key,
+        worker_pool=WorkerPool.configured(config),
     )
 
 

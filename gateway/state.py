@@ -5,16 +5,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
+import httpx
 from fastapi import Depends, Request
 from sqlalchemy import Engine
 
 from gateway.config import GatewayConfig
+from synth_pipelines.storage.objectstore import ObjectStore
 
 
 @dataclass(frozen=True)
 class GatewayState:
     config: GatewayConfig
     engine: Engine
+    store: ObjectStore
+    """The runs' evidence: read to answer for a run, never streamed through here."""
+    dagster: httpx.AsyncClient
+    """Pooled connections to the Dagster webserver (`routes/dagster.py`)."""
+    model_calls: httpx.AsyncClient
+    """Pooled connections to the capture proxy (`routes/model_calls.py`)."""
 
 
 def gateway_state(request: Request) -> GatewayState:

@@ -30,6 +30,8 @@ def _host_cpus() -> int:
     return len(os.sched_getaffinity(0))
 
 
+DAGSTER_UI_PATH = "/dagster"
+"""The Dagster webserver's path prefix, and where the gateway serves its UI to admins."""
 REGISTRY_HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?")
 
 
@@ -56,7 +58,12 @@ class Settings(BaseSettings):
     database_url: str | None = None
     object_store_url: str | None = None
     s3_endpoint_url: str | None = None
-    dagster_url: str = "http://127.0.0.1:3000"
+    dagster_url: str = Field(
+        default=f"http://127.0.0.1:3000{DAGSTER_UI_PATH}",
+        description="The Dagster webserver as the platform's own processes reach it, on "
+        f"loopback; its path is the webserver's path prefix, `{DAGSTER_UI_PATH}`, under "
+        "which the gateway serves the UI to admins.",
+    )
     dagster_token: SecretStr | None = Field(
         default=None,
         description="The operator token the authenticating proxy in front of a production "
@@ -64,7 +71,7 @@ class Settings(BaseSettings):
     )
     proxy_url: str = "http://127.0.0.1:8200"
     gateway_url: str = Field(
-        default="http://127.0.0.1:8300",
+        default=state_locations.DEFAULT_GATEWAY_URL,
         description="The gateway, the control plane operators reach the platform through.",
     )
     gateway_ca: Path | None = Field(
@@ -244,7 +251,7 @@ class Settings(BaseSettings):
     @property
     def operator_key_path(self) -> Path:
         """The local operator's gateway key (an admin's), written at the first `synth up`."""
-        return self.state_dir / "operator.key"
+        return state_locations.operator_key_path(self.state_dir)
 
     @property
     def proxy_sandbox_socket(self) -> Path:

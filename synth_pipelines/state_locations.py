@@ -25,6 +25,15 @@ OWNER_ONLY_UMASK = 0o077
 PRIVATE_DIRECTORY_MODE = 0o700
 
 
+DEFAULT_GATEWAY_URL = "http://127.0.0.1:8300"
+"""The embedded default's gateway, on loopback."""
+
+
+def operator_key_path(state: Path) -> Path:
+    """The local operator's gateway key (an admin's), written at the first `synth up`."""
+    return state / "operator.key"
+
+
 def find_project_root() -> Path:
     """The checkout holding this package (an editable install), else the nearest directory
     above the working directory holding `workspace.yaml`, else the working directory."""

@@ -69,7 +69,7 @@ def accept_plan(profile: dict, plan: dict, *, judge: dict | None = None) -> RunR
         judge=PinnedProfile.from_document(judge) if judge else None,
         plan=plan,
     )
-    return accept_run(engine, request)[0]
+    return accept_run(engine, request, org="local")[0]
 
 
 def run_batches(run: RunRecord) -> RunRecord:

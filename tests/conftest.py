@@ -7,14 +7,23 @@ import shutil
 import socket
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from gateway.app import create_app
+from gateway.server import gateway_config
 from synth_pipelines.cli.command_group import interrupts_by_default
-from synth_pipelines.control.database import engine_for
+from synth_pipelines.config import Settings
+from synth_pipelines.contracts.operator_key import KeyRequest, Role
+from synth_pipelines.control.database import control_engine, create_tables, engine_for
+from synth_pipelines.control.operator_keys import create_key
+from synth_pipelines.credentials import load_secret
 from synth_pipelines.sandbox.leases import LEASE_NAME, reclaim_orphans
 from synth_pipelines.sandbox.limits import detect_hierarchy
+from synth_pipelines.services.operator_key import ensure_operator_key
+from synth_pipelines.tinker_local.server import serving
 
 pytest_plugins = ["tests.production_services"]
 
@@ -68,6 +77,70 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     engine_for.cache_clear()
     yield tmp_path / "state"
     engine_for.cache_clear()
+
+
+def operator_key(owner: str, role: Role = "operator", org: str = "lab") -> str:
+    """A new key of `owner`'s for the state directory the environment names, made as an
+    admin would: every gateway over that state directory takes it."""
+    settings = Settings()
+    engine = control_engine(settings)
+    create_tables(engine)
+    request = KeyRequest(owner=owner, org=org, role=role)
+    return create_key(engine, load_secret(settings.gateway_secret_path), request).secret
+
+
+class LocalGateway:
+    """The state directory's gateway, as `synth up` would serve it, and the keys the CLI
+    presents to it."""
+
+    def __init__(self, url: str, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.url = url
+        self._settings = settings
+        self._monkeypatch = monkeypatch
+
+    def key(self, owner: str, role: Role = "operator", org: str = "lab") -> str:
+        """A new key's whole secret, made as an admin would."""
+        return operator_key(owner, role, org)
+
+    def act_as(self, owner: str, role: Role = "operator", org: str = "lab") -> str:
+        """Make the CLI (in this process and the ones it starts) present a new key of
+        `owner`'s; returns the key."""
+        key = self.key(owner, role, org)
+        self._monkeypatch.setenv("SYNTH_API_KEY", key)
+        return key
+
+
+@contextmanager
+def serving_gateway(patch: pytest.MonkeyPatch) -> Iterator[LocalGateway]:
+    """The gateway over the state directory the environment names, and the local
+    operator's key in the file where every `synth` command finds it, as after `synth up`:
+    the CLI's one way in."""
+    settings = Settings()
+    engine = control_engine(settings)
+    create_tables(engine)
+    config = gateway_config(settings)
+    ensure_operator_key(engine, config.key_secret, settings.operator_key_path, settings.owner)
+    # A gateway served inside another (`live_services.platform` inside `cli_gateway`)
+    # hands the CLI back to the outer one when it stops.
+    outer = {name: os.environ.get(name) for name in ("SYNTH_GATEWAY_URL", "SYNTH_API_KEY")}
+    with serving(create_app(config)) as url:
+        patch.setenv("SYNTH_GATEWAY_URL", url)
+        patch.delenv("SYNTH_API_KEY", raising=False)
+        try:
+            yield LocalGateway(url, settings, patch)
+        finally:
+            for name, value in outer.items():
+                if value is None:
+                    patch.delenv(name, raising=False)
+                else:
+                    patch.setenv(name, value)
+
+
+@pytest.fixture
+def cli_gateway(state: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalGateway]:
+    """The gateway over this test's state directory (`serving_gateway`)."""
+    with serving_gateway(monkeypatch) as served:
+        yield served
 
 
 @pytest.fixture

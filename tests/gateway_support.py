@@ -5,12 +5,13 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from sqlalchemy import Engine
 
 from gateway.app import create_app
-from gateway.config import GatewayConfig
+from gateway.server import gateway_config
 from synth_pipelines.config import Settings
 from synth_pipelines.contracts.operator_key import KeyRequest, Role
 from synth_pipelines.contracts.profile import PinnedProfile
@@ -19,7 +20,6 @@ from synth_pipelines.contracts.run_spec import DatasetPin, RunRequest
 from synth_pipelines.control.database import control_engine, create_tables
 from synth_pipelines.control.operator_keys import create_key
 from synth_pipelines.control.runs import accept_run
-from synth_pipelines.credentials import load_signing_key
 from synth_pipelines.tinker_local.server import serving
 from tests.agent_runs import profile_document
 
@@ -35,34 +35,33 @@ class Gateway:
         request = KeyRequest(owner=owner, org=org, role=role, **more)
         return create_key(self.engine, self.key_secret, request).secret
 
-    def run(self, owner: str) -> RunRecord:
-        """An accepted evaluation of `owner`'s."""
+    def run(self, owner: str, org: str = "lab") -> RunRecord:
+        """An accepted evaluation of `owner`'s, in `org`."""
         request = RunRequest(
             owner=owner,
             dataset=DatasetPin(name="test/one", version="v1", digest="0" * 64, task_count=1),
             actor=PinnedProfile.from_document(profile_document("oracle.json")),
             plan={"kind": "eval"},
         )
-        return accept_run(self.engine, request)[0]
+        return accept_run(self.engine, request, org=org)[0]
 
 
 @contextmanager
-def gateway(proxy_url: str = "http://proxy.invalid") -> Iterator[Gateway]:
+def gateway(proxy_url: str = "http://proxy.invalid", **config: Any) -> Iterator[Gateway]:
     """The gateway on a free loopback port, over the test's control database, minting
-    session tokens with the state directory's signing key for the proxy at `proxy_url`."""
+    session tokens with the state directory's signing key for the proxy at `proxy_url`;
+    `config` sets other fields of its `GatewayConfig` (a real `dagster_url`)."""
     settings = Settings()
     engine = control_engine(settings)
     create_tables(engine)
     key_secret = secrets.token_bytes(32)
-    app = create_app(
-        GatewayConfig(
-            database_url=settings.control_database_url,
-            key_secret=key_secret,
-            dagster_url="http://dagster.invalid",
-            signing_key=load_signing_key(settings.signing_key_path),
-            proxy_url=proxy_url,
-        )
+    settled = replace(
+        gateway_config(settings),
+        key_secret=key_secret,
+        dagster_url="http://dagster.invalid",
+        proxy_url=proxy_url,
     )
+    app = create_app(replace(settled, **config))
     with serving(app) as url:
         yield Gateway(url, engine, key_secret)
 

@@ -25,7 +25,7 @@ from synth_pipelines.credentials import load_signing_key, mint_token
 from synth_pipelines.rendering.model_registry import ModelRegistry
 from synth_pipelines.tinker_local.app import create_app as create_model_service
 from synth_pipelines.tinker_local.server import serving
-from tests.conftest import PROJECT_ROOT
+from tests.conftest import PROJECT_ROOT, serving_gateway
 
 MODEL = "synth/qwen3-tiny"
 
@@ -173,14 +173,16 @@ def platform(
     scripted: bool = True,
     app_hook: Callable[[FastAPI], None] | None = None,
 ) -> Iterator[tuple[str, Proxy]]:
-    """Model service and proxy, with the platform's settings pointing at both."""
+    """Model service and proxy, with the platform's settings pointing at both, and the
+    gateway the CLI speaks to, configured with them."""
     with (
         model_service(scripted=scripted, app_hook=app_hook) as model_url,
         capture_proxy(model_url) as proxy,
     ):
         monkeypatch.setenv("SYNTH_PROXY_URL", proxy.url)
         monkeypatch.setenv("SYNTH_MODEL_SERVICE_URL", model_url)
-        yield model_url, proxy
+        with serving_gateway(monkeypatch):
+            yield model_url, proxy
 
 
 _CLAUDE_TOOL_CALL = (

@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 
 from synth_pipelines.control.database import engine_for
-from tests.conftest import PROJECT_ROOT
+from tests.conftest import PROJECT_ROOT, serving_gateway
 
 
 @contextmanager
 def module_state(tmp_path: Path) -> Iterator[Path]:
-    """An empty control database, object store, work dir and Dagster home under `tmp_path`."""
+    """An empty control database, object store, work dir and Dagster home under `tmp_path`,
+    and the gateway over them that the CLI speaks to."""
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copy(PROJECT_ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
@@ -27,6 +28,7 @@ def module_state(tmp_path: Path) -> Iterator[Path]:
         patch.delenv("SYNTH_OBJECT_STORE_URL", raising=False)
         engine_for.cache_clear()
         try:
-            yield tmp_path / "state"
+            with serving_gateway(patch):
+                yield tmp_path / "state"
         finally:
             engine_for.cache_clear()

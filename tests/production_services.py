@@ -29,8 +29,10 @@ from sqlalchemy import create_engine, text
 
 from synth_pipelines.config import Settings
 from synth_pipelines.contracts.run_record import RunRecord
-from synth_pipelines.control.database import control_engine, engine_for
+from synth_pipelines.control.database import control_engine, create_tables, engine_for
 from synth_pipelines.control.runs import get_run
+from synth_pipelines.credentials import load_secret
+from synth_pipelines.services.operator_key import ensure_operator_key
 from synth_pipelines.services.production import as_server_user, postgres_bin_dir
 from synth_pipelines.services.supervisor import Service, running_pid, start, stop
 from tests.conftest import PROJECT_ROOT, SAMPLE_DATASET
@@ -155,10 +157,18 @@ def _boto_credentials() -> dict[str, str]:
     }
 
 
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code < 500
+    except httpx.HTTPError:
+        return False
+
+
 @contextmanager
 def moto_process(argv: list[str], port: int, stop: signal.Signals) -> Iterator[str]:
-    """A moto server started with `argv` on `port`, once it answers; its endpoint. Ended
-    with `stop` sent to its process group."""
+    """A moto server started with `argv` on `port`, once it answers (the deployment's,
+    which checks signatures, refuses the unsigned probe: an answer all the same); its
+    endpoint. Ended with `stop` sent to its process group."""
     process = subprocess.Popen(
         argv,
         stdout=subprocess.DEVNULL,
@@ -168,14 +178,10 @@ def moto_process(argv: list[str], port: int, stop: signal.Signals) -> Iterator[s
     endpoint = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(f"{endpoint}/moto-api/", timeout=2).raise_for_status()
-                break
-            except httpx.HTTPError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"{Path(argv[0]).name} did not start on port {port}")
-                time.sleep(0.2)
+        while not _answers(f"{endpoint}/moto-api/"):
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"{Path(argv[0]).name} did not start on port {port}")
+            time.sleep(0.2)
         yield endpoint
     finally:
         os.killpg(process.pid, stop)
@@ -248,6 +254,7 @@ def production_environment(
         "TINKER_BASE_URL": model_service,
         "TINKER_API_KEY": "tml-production-test",
         "SYNTH_PROXY_URL": f"http://127.0.0.1:{free_port()}",
+        "SYNTH_GATEWAY_URL": f"http://127.0.0.1:{free_port()}",
         "SYNTH_PROXY_PUBLISH_INTERVAL_SEC": "0.5",
         "TINKER_TELEMETRY": "0",
     }
@@ -260,6 +267,9 @@ def environment_applied(environment: ProductionEnvironment) -> Iterator[Producti
     with pytest.MonkeyPatch.context() as patch:
         for name, value in environment.env.items():
             patch.setenv(name, value)
+        # boto3's default session keeps the credentials it first read, and a deployment's
+        # own S3 server accepts only its own: a new session reads this deployment's.
+        patch.setattr(boto3, "DEFAULT_SESSION", None)
         engine_for.cache_clear()
         try:
             yield environment
@@ -341,6 +351,13 @@ class ProductionDeployment(DeploymentCli):
                     env=env,
                 ),
                 Service(
+                    name="gateway",
+                    argv=[synth, "gateway", "serve"],
+                    health_url=f"{env['SYNTH_GATEWAY_URL']}/health",
+                    address=env["SYNTH_GATEWAY_URL"],
+                    env=env,
+                ),
+                Service(
                     name="dagster-code-server",
                     argv=[
                         _dagster_bin("dagster"),
@@ -388,6 +405,8 @@ class ProductionDeployment(DeploymentCli):
 
     def start(self, *names: str) -> None:
         for name in names or tuple(self.services):
+            if name == "gateway":
+                self._local_operator_key()
             start(self.state_dir, self.services[name], cwd=PROJECT_ROOT)
             if name == "dagster-code-server":
                 self._wait_for_code_server()
@@ -404,6 +423,16 @@ class ProductionDeployment(DeploymentCli):
     def stop(self) -> None:
         for service in reversed(list(self.services.values())):
             stop(self.state_dir, service)
+
+    def _local_operator_key(self) -> None:
+        """The local operator's admin key, where the deployment's CLI finds it, as
+        `synth up --production` writes it."""
+        with environment_applied(self.environment):
+            settings = Settings()
+            engine = control_engine(settings)
+            create_tables(engine)
+            secret = load_secret(settings.gateway_secret_path)
+            ensure_operator_key(engine, secret, settings.operator_key_path, settings.owner)
 
     def _wait_for_code_server(self) -> None:
         address = (

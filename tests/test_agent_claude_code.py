@@ -14,6 +14,8 @@ import sys
 import pytest
 from sqlalchemy import select
 
+from synth_pipelines.cli.agents import gateway_sessions
+from synth_pipelines.cli.gateway_client import GatewayClient
 from synth_pipelines.config import Settings
 from synth_pipelines.contracts.assessment import Assessment
 from synth_pipelines.contracts.profile import PinnedProfile
@@ -65,6 +67,7 @@ def test_claude_code_profile_passes_a_sample_task_in_the_sandbox(state, tmp_path
                 "synth/qwen3-tiny",
                 tmp_path / "local-run",
                 Settings(),
+                gateway_sessions(GatewayClient(Settings())),
             )
         )
         proxy.flush()

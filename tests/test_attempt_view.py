@@ -14,6 +14,7 @@ from synth_pipelines.control.database import control_engine
 from synth_pipelines.evidence.reader import read_attempt_evidence
 from synth_pipelines.storage.objectstore import open_object_store
 from tests.agent_runs import evaluate, one_task_dataset, profile_document, trial_outcomes
+from tests.conftest import operator_key
 from tests.live_services import platform, set_script
 from tests.module_state import module_state
 
@@ -79,6 +80,17 @@ def test_attempt_show_pairs_tool_calls_with_outputs_and_counts_evidence_tokens(g
 
 
 @pytest.mark.slow
+def test_another_owner_is_told_the_attempt_does_not_exist(graded_attempt, tmp_path, monkeypatch):
+    page = tmp_path / "bob.html"
+    monkeypatch.setenv("SYNTH_API_KEY", operator_key("bob"))
+    shown = _show(graded_attempt.attempt_id, "--html", str(page))
+    unknown = _show("no-such-attempt")
+    assert shown.exit_code == unknown.exit_code == 2
+    assert shown.stderr.replace(graded_attempt.attempt_id, "no-such-attempt") == unknown.stderr
+    assert not page.exists()
+
+
+@pytest.mark.slow
 def test_attempt_show_by_prefix_writes_an_escaped_html_page(graded_attempt, tmp_path):
     page = tmp_path / "attempt.html"
     prefix = graded_attempt.attempt_id.rsplit(".", 1)[0]
@@ -92,7 +104,7 @@ def test_attempt_show_by_prefix_writes_an_escaped_html_page(graded_attempt, tmp_
     assert "src=" not in html and "href=" not in html
 
 
-def test_unknown_attempt_is_one_line_exit_2_and_writes_nothing(state, tmp_path):
+def test_unknown_attempt_is_one_line_exit_2_and_writes_nothing(cli_gateway, tmp_path):
     page = tmp_path / "never.html"
     shown = CliRunner().invoke(app, ["attempt", "show", "no-such-attempt", "--html", str(page)])
     assert shown.exit_code == 2

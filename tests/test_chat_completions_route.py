@@ -185,34 +185,40 @@ def smollm2_regrade(tmp_path_factory, chat_server) -> Iterator[SmolRegrade]:
     registry_file.write_text(ModelRegistry([judge_entry(url, served_name)]).to_json())
     judge_file = root / "judge.json"
     judge_file.write_text(json.dumps(SMOLLM2_JUDGE))
-    with module_state(root), pytest.MonkeyPatch.context() as patch:
+    with pytest.MonkeyPatch.context() as patch:
+        # Set before the gateway starts: it launches the regrade's backfill there.
         patch.setenv("SYNTH_DAGSTER_URL", f"http://127.0.0.1:{free_port()}")
-        patch.setenv("SYNTH_MODEL_REGISTRY", str(registry_file))
-        # The oracle never samples and the judge samples only SmolLM2: no model service.
-        with capture_proxy("http://127.0.0.1:9", registry=configured_registry(Settings())) as proxy:
-            patch.setenv("SYNTH_PROXY_URL", proxy.url)
-            dataset = one_task_dataset(root, "update-version-file")
-            # The task's verifier gets 30 s; a judge generating on a shared CPU needs longer.
-            toml = dataset / "update-version-file" / "task.toml"
-            toml.write_text(toml.read_text().replace("timeout_sec = 30", "timeout_sec = 400"))
-            run = evaluate(dataset, profile_document("oracle.json"))
-            waiting: list[subprocess.Popen] = []
-            with dagster_services() as start_daemon:
-                try:
-                    judged = regrade_process(
-                        run.run_id, "--judge", f"@{judge_file}", "--wait", "--json"
-                    )
-                    waiting.append(judged)
-                    first_line = judged.stderr.readline()
-                    start_daemon()
-                    out, err = judged.communicate(timeout=500)
-                finally:
-                    finish(waiting)
-            yield SmolRegrade(
-                run,
-                subprocess.CompletedProcess(judged.args, judged.returncode, out, first_line + err),
-                f"openai_chat:{served_name}@{url}",
-            )
+        with module_state(root):
+            patch.setenv("SYNTH_MODEL_REGISTRY", str(registry_file))
+            # The oracle never samples and the judge samples only SmolLM2: no model service.
+            with capture_proxy(
+                "http://127.0.0.1:9", registry=configured_registry(Settings())
+            ) as proxy:
+                patch.setenv("SYNTH_PROXY_URL", proxy.url)
+                dataset = one_task_dataset(root, "update-version-file")
+                # The task's verifier gets 30 s; a judge generating on a shared CPU needs longer.
+                toml = dataset / "update-version-file" / "task.toml"
+                toml.write_text(toml.read_text().replace("timeout_sec = 30", "timeout_sec = 400"))
+                run = evaluate(dataset, profile_document("oracle.json"))
+                waiting: list[subprocess.Popen] = []
+                with dagster_services() as start_daemon:
+                    try:
+                        judged = regrade_process(
+                            run.run_id, "--judge", f"@{judge_file}", "--wait", "--json"
+                        )
+                        waiting.append(judged)
+                        first_line = judged.stderr.readline()
+                        start_daemon()
+                        out, err = judged.communicate(timeout=500)
+                    finally:
+                        finish(waiting)
+                yield SmolRegrade(
+                    run,
+                    subprocess.CompletedProcess(
+                        judged.args, judged.returncode, out, first_line + err
+                    ),
+                    f"openai_chat:{served_name}@{url}",
+                )
 
 
 SMOLLM2_JUDGE = {

@@ -71,7 +71,9 @@ def lineage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lineage]:
                 }
             )
             script_one_right_one_wrong(model_url)
-            evaluation = run_batches(accept_run(control_engine(Settings()), request)[0])
+            evaluation = run_batches(
+                accept_run(control_engine(Settings()), request, org="local")[0]
+            )
             assert evaluation.status == "succeeded"
         yield Lineage(train.run_id, evaluation.run_id, checkpoints)
 
@@ -133,7 +135,7 @@ def test_checkpoint_list_prints_whole_ids_that_show_accepts_by_suffix(lineage):
     assert json.loads(shown.stdout)["checkpoint"]["sampler_path"] == paths[1]
 
 
-def test_unknown_checkpoint_is_one_line_exit_2(state):
+def test_unknown_checkpoint_is_one_line_exit_2(cli_gateway):
     shown = _synth("checkpoint", "show", "tinker://nowhere/sampler_weights/none")
     assert shown.exit_code == 2
     assert len(shown.stderr.strip().splitlines()) == 1 and "tinker://nowhere" in shown.stderr

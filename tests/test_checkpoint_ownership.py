@@ -1,8 +1,8 @@
 """A checkpoint belongs to the owner of the run that trained it.
 
 Bob trains a real one-batch run on the local model service; the platform records its
-checkpoint. Alice, with a proxy token minted for her and with `SYNTH_OWNER=alice` on the
-CLI, can neither sample from it, read it (or the run that holds it), train from it, nor
+checkpoint. Alice, with a proxy token minted for her and a gateway key of hers on the CLI,
+can neither sample from it, read it (or the run that holds it), train from it, nor
 launch Claude Code on it with `synth claude` (the gateway mints that session for the
 owner of her key, and answers as if the checkpoint did not exist); Bob can do all four
 (the real Claude Code CLI, answered through the proxy from his checkpoint).
@@ -29,7 +29,7 @@ from synth_pipelines.control.schema import evidence_calls
 from synth_pipelines.credentials import load_signing_key, mint_token
 from synth_pipelines.evidence.reader import read_attempt_evidence
 from synth_pipelines.storage.objectstore import open_object_store
-from tests.conftest import PROJECT_ROOT
+from tests.conftest import PROJECT_ROOT, operator_key
 from tests.gateway_support import Gateway, gateway
 from tests.live_services import Proxy, platform, set_script
 from tests.training_runs import (
@@ -77,9 +77,10 @@ def _sample(proxy: Proxy, token: str, model: str) -> httpx.Response:
 
 
 def _synth(owner: str, *args: str) -> subprocess.CompletedProcess:
+    """`synth ARGS` with a key of `owner`'s."""
     return subprocess.run(
         [SYNTH, *args],
-        env={**os.environ, "SYNTH_OWNER": owner},
+        env={**os.environ, "SYNTH_API_KEY": operator_key(owner)},
         cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,
@@ -103,15 +104,16 @@ def _claude(gw: Gateway, owner: str, model: str, workdir: Path) -> subprocess.Co
     )
 
 
-def _refused(result: subprocess.CompletedProcess, what: str) -> None:
+def _refused(result: subprocess.CompletedProcess, said: str) -> None:
     assert result.returncode == 2, result.stdout + result.stderr
-    assert what in result.stderr
-    assert ANOTHER_OWNER in result.stderr
+    assert said in result.stderr
     assert "Traceback" not in result.stderr
 
 
 @pytest.mark.slow
-def test_only_the_owner_samples_reads_and_trains_from_a_checkpoint(state, tmp_path, monkeypatch):
+def test_only_the_owner_samples_reads_and_trains_from_a_checkpoint(
+    state, cli_gateway, tmp_path, monkeypatch
+):
     monkeypatch.setenv("SYNTH_OWNER", "bob")
     with platform(monkeypatch) as (model_url, proxy):
         run = accept_training(training_dataset(tmp_path), PLAN)
@@ -170,15 +172,20 @@ def test_only_the_owner_samples_reads_and_trains_from_a_checkpoint(state, tmp_pa
         # Only Bob's launch reached the model; every call it made was his checkpoint's.
         assert calls and {call.model for call in calls} == {sampler}
 
+    # Through the gateway, Bob's run is answered to Alice as one that does not exist.
     for read in (
         ("run", "checkpoints", run.run_id),
         ("run", "show", run.run_id),
         ("run", "events", run.run_id),
         ("train", "resolve", run.run_id, "--inspect"),
+        ("checkpoint", "list", "--run", run.run_id),
     ):
         refused = _synth("alice", *read)
-        _refused(refused, f"run {run.run_id}")
-        assert sampler not in refused.stdout + refused.stderr
+        _refused(refused, f"no run {run.run_id!r} of yours")
+        assert (
+            sampler not in refused.stdout + refused.stderr and ANOTHER_OWNER not in refused.stderr
+        )
+    _refused(_synth("alice", "checkpoint", "show", sampler), "no checkpoint of yours matches")
     alice_runs = _synth("alice", "run", "list", "--json")
     assert alice_runs.returncode == 0 and json.loads(alice_runs.stdout) == []
     listed = _synth("bob", "run", "checkpoints", run.run_id, "--json")
@@ -203,7 +210,8 @@ def test_only_the_owner_samples_reads_and_trains_from_a_checkpoint(state, tmp_pa
     # Accepting a run asks the proxy and the model service whether its model is served.
     with platform(monkeypatch):
         runs_before = {r.run_id for r in list_runs(engine, limit=1000)}
-        _refused(_synth("alice", *start), f"--model: checkpoint {sampler}")
+        # Another owner's checkpoint is refused as one never recorded.
+        _refused(_synth("alice", *start), f"--model: model {sampler} is not a known checkpoint")
         assert {r.run_id for r in list_runs(engine, limit=1000)} == runs_before
         unknown = f"{sampler}-never-recorded"
         not_recorded = _synth("bob", *start[:-2], unknown, "--json")

@@ -10,6 +10,8 @@ import pytest
 
 from tests.conftest import PROJECT_ROOT, SAMPLE_DATASET
 
+pytestmark = pytest.mark.usefixtures("cli_gateway")
+
 SYNTH = [sys.executable, "-m", "synth_pipelines.cli"]
 
 

@@ -6,12 +6,15 @@ import subprocess
 import sys
 
 import jsonschema
+import pytest
 
 from synth_pipelines.config import Settings
 from synth_pipelines.contracts.documents import DOCUMENTS
 from synth_pipelines.credentials import load_signing_key
 from tests.conftest import PROJECT_ROOT, SAMPLE_DATASET
 from tests.live_services import platform
+
+pytestmark = pytest.mark.usefixtures("cli_gateway")
 
 
 def synth(*args: str) -> subprocess.CompletedProcess:

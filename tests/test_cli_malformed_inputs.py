@@ -18,6 +18,8 @@ from typer.testing import CliRunner, Result
 from synth_pipelines.cli.main import app
 from tests.conftest import PROJECT_ROOT, SAMPLE_DATASET
 
+pytestmark = pytest.mark.usefixtures("cli_gateway")
+
 SAMPLE_TASK = SAMPLE_DATASET / "add-default-argument"
 TASK_TOML = (SAMPLE_TASK / "task.toml").read_text()
 

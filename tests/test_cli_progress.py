@@ -12,11 +12,12 @@ import sys
 import threading
 import time
 
+import pytest
 from typer.testing import CliRunner
 
 from synth_pipelines.cli.main import app
 from synth_pipelines.cli.output import errors
-from synth_pipelines.cli.progress import ProgressDisplay, RegradeCounter
+from synth_pipelines.cli.progress import ProgressDisplay, RunProgress
 from synth_pipelines.config import Settings
 from synth_pipelines.contracts.documents import validated
 from synth_pipelines.contracts.run_spec import batch_key
@@ -26,11 +27,14 @@ from synth_pipelines.control.regrades import record_regrade
 from synth_pipelines.control.run_lifecycle import complete_batch, start_batch
 from synth_pipelines.control.runs import get_run
 from synth_pipelines.registry.datasets import publish_dataset
+from synth_pipelines.runtime.regrade_progress import regrade_progress
 from synth_pipelines.storage.objectstore import open_object_store
 from tests.conftest import PROJECT_ROOT
 from tests.recorded_batches import accept_recorded_training, record_attempts, record_batch
 from tests.test_run_summary import _record, _run
 from tests.training_runs import training_dataset
+
+pytestmark = pytest.mark.usefixtures("cli_gateway")
 
 
 def test_json_progress_goes_to_stderr_one_line_per_change(state, tmp_path):
@@ -111,7 +115,9 @@ def test_a_regrade_counts_its_own_assessments_against_the_runs_attempts(state, t
     engine = control_engine(Settings())
     regrade = record_regrade(engine, run.run_id, "judge", None, run.batch_count)
     other = record_regrade(engine, run.run_id, "verifier", None, run.batch_count)
-    counter = RegradeCounter(engine, regrade)
+
+    def poll(status: str) -> RunProgress:
+        return RunProgress(**regrade_progress(engine, regrade, status).model_dump())
 
     def assessed(by, index: int, passes: int) -> None:
         # What the `assessments` asset records after regrading a batch.
@@ -129,14 +135,14 @@ def test_a_regrade_counts_its_own_assessments_against_the_runs_attempts(state, t
         )
 
     with ProgressDisplay("json", errors) as display:
-        display.show(counter.poll("REQUESTED"))
+        display.show(poll("REQUESTED"))
         assessed(regrade, 0, 4)
         assessed(other, 1, 0)
-        display.show(counter.poll("REQUESTED"))
-        display.show(counter.poll("REQUESTED"))
+        display.show(poll("REQUESTED"))
+        display.show(poll("REQUESTED"))
         assessed(regrade, 0, 3)  # a retried partition counts once, as last assessed
         assessed(regrade, 2, 1)
-        display.show(counter.poll("COMPLETED_SUCCESS"))
+        display.show(poll("COMPLETED_SUCCESS"))
     lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
     assert all(line == validated("run progress", line) for line in lines)
     counts = [

@@ -52,7 +52,7 @@ def test_services_starting_together_create_the_schema_once(postgres_server):
 
 def test_event_cursor_never_steps_over_an_event_that_commits_late(production_env):
     engine = control_engine(Settings())
-    run, _ = accept_run(engine, _request(), "late-commit")
+    run, _ = accept_run(engine, _request(), "late-commit", org="local")
     cursor = read_events(engine, run_id=run.run_id)[-1].seq
     slow = engine.connect()
     slow_transaction = slow.begin()
@@ -82,7 +82,7 @@ def test_concurrent_submissions_with_one_key_accept_one_run(production_env):
 
     def submit() -> None:
         gate.wait()
-        ids.append(accept_run(engine, _request(), "racing-key")[0].run_id)
+        ids.append(accept_run(engine, _request(), "racing-key", org="local")[0].run_id)
 
     threads = [threading.Thread(target=submit) for _ in range(6)]
     for thread in threads:

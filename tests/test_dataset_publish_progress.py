@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from synth_pipelines.cli.main import app
@@ -14,6 +15,8 @@ from synth_pipelines.config import Settings
 from synth_pipelines.contracts.documents import validated
 from synth_pipelines.storage.objectstore import open_object_store
 from tests.conftest import SAMPLE_DATASET
+
+pytestmark = pytest.mark.usefixtures("cli_gateway")
 
 TASKS = ("fix-off-by-one-pagination", "implement-slugify", "write-robots-txt")
 

@@ -46,7 +46,7 @@ def _evaluate(profile_file: str, attempts: int) -> tuple[str, object]:
             budget={"max_active_attempts": 2, "cpus": 2, "memory_mb": 4096, "storage_mb": 8192},
         ),
     )
-    run, _ = accept_run(engine, request)
+    run, _ = accept_run(engine, request, org="local")
     instance = dg.DagsterInstance.get()
     job = definitions(Settings()).resolve_job_def("evaluation_batch")
     for index in range(run.batch_count):

@@ -1,5 +1,6 @@
 """The gateway mints an operator's harness session (`synth claude`): a token for the key's
-owner and one model that the proxy honours; asking for a model the owner may not sample
+owner and one model that the proxy honours, with the model calls passed through the
+gateway's `/anthropic` to the proxy; asking for a model the owner may not sample
 is a 404 like a model that does not exist; a session is revoked by its owner, or with
 the key that minted it, and the proxy refuses it from then on."""
 
@@ -38,8 +39,13 @@ def test_a_session_samples_as_its_owner_until_revoked(state, monkeypatch):
         made = httpx.post(f"{gw.url}/v1/sessions", headers=bearer(alice), json={"model": MODEL})
         assert made.status_code == 201, made.text
         session = made.json()
-        assert session["proxy_url"] == proxy.url and session["context_window"] > 0
+        # The harness's model calls go to the gateway, which passes them to the proxy.
+        assert session["proxy_url"] == f"{gw.url}/anthropic" and session["context_window"] > 0
+        through = sample(session["proxy_url"], session["token"])
+        assert through.status_code == 200 and through.json()["content"][0]["text"] == "hello"
         assert sample(proxy.url, session["token"]).status_code == 200
+        # The gateway adds nothing of its own: without the token the proxy refuses.
+        assert sample(session["proxy_url"], "not-a-token").status_code == 401
 
         # Bob cannot revoke it, and learns nothing of it.
         bob = gw.key("bob")
@@ -50,6 +56,7 @@ def test_a_session_samples_as_its_owner_until_revoked(state, monkeypatch):
         gone = httpx.delete(f"{gw.url}/v1/sessions/{session['token_id']}", headers=bearer(alice))
         assert gone.status_code == 204
         assert refused_soon(proxy.url, session["token"]) < 1.0
+        assert sample(session["proxy_url"], session["token"]).status_code == 401
 
 
 def test_revoking_a_key_revokes_the_sessions_it_minted(state, monkeypatch):

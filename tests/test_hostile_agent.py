@@ -287,7 +287,7 @@ def accept_hostile_eval():
             "overrides": {"memory_mb": MEMORY_MB, "storage_mb": STORAGE_MB},
         },
     )
-    return accept_run(engine, request)[0]
+    return accept_run(engine, request, org="local")[0]
 
 
 def plant_secrets(root: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[dict, dict]:

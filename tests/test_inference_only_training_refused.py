@@ -20,7 +20,7 @@ from synth_pipelines.rendering.model_registry import (
     OpenAIChatRoute,
 )
 from tests.agent_runs import one_task_dataset, publish
-from tests.conftest import PROJECT_ROOT
+from tests.conftest import PROJECT_ROOT, serving_gateway
 from tests.live_services import capture_proxy
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -59,20 +59,21 @@ def test_training_an_inference_only_model_is_refused(state, tmp_path, monkeypatc
     with capture_proxy("http://127.0.0.1:9", registry=registry) as proxy:
         monkeypatch.setenv("SYNTH_PROXY_URL", proxy.url)
         before = _written()
-        refused = CliRunner().invoke(
-            app,
-            [
-                *command,
-                "--dataset",
-                "test/one@v1",
-                "--actor",
-                f"@{PROJECT_ROOT / 'profiles' / 'builtin.json'}",
-                "--plan",
-                f"@{PROJECT_ROOT / 'plans' / plan}",
-                "--model",
-                JUDGE_MODEL,
-            ],
-        )
+        with serving_gateway(monkeypatch):
+            refused = CliRunner().invoke(
+                app,
+                [
+                    *command,
+                    "--dataset",
+                    "test/one@v1",
+                    "--actor",
+                    f"@{PROJECT_ROOT / 'profiles' / 'builtin.json'}",
+                    "--plan",
+                    f"@{PROJECT_ROOT / 'plans' / plan}",
+                    "--model",
+                    JUDGE_MODEL,
+                ],
+            )
         after = _written()
 
     assert refused.exit_code == 2, refused.output

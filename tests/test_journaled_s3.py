@@ -40,6 +40,9 @@ def s3_env(monkeypatch: pytest.MonkeyPatch) -> None:
         "AWS_DEFAULT_REGION": "us-east-1",
     }.items():
         monkeypatch.setenv(name, value)
+    # The server accepts only these: boto3's default session, which keeps the credentials it
+    # first read, is made anew to read them.
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
 
 
 def test_objects_survive_a_crash_and_keys_stay_create_only(tmp_path: Path, s3_env: None):

@@ -39,7 +39,7 @@ from synth_pipelines.storage.objectstore import open_object_store
 from synth_pipelines.tinker_local.app import create_app
 from synth_pipelines.tinker_local.server import serving
 from tests.agent_runs import one_task_dataset
-from tests.conftest import PROJECT_ROOT
+from tests.conftest import PROJECT_ROOT, serving_gateway
 from tests.live_services import Proxy, capture_proxy, set_script
 from tests.module_state import module_state
 
@@ -125,8 +125,10 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
             patch.setenv("SYNTH_PROXY_URL", proxy.url)
             patch.setenv("SYNTH_MODEL_SERVICE_URL", model_url)
             client = tinker.ServiceClient(base_url=model_url, api_key="tml-test")
+            # `synth agent run` asks the gateway for its session: one that knows the proxy.
             try:
-                yield Services(model_url, proxy, client)
+                with serving_gateway(patch):
+                    yield Services(model_url, proxy, client)
             finally:
                 client.close("success").result()
 

@@ -1,5 +1,6 @@
 """`synth model list`: every served model with its family, limits, route and whether it can
-be trained; a registry file (`SYNTH_MODEL_REGISTRY`) adds entries beside the built-in ones."""
+be trained, as the gateway lists them; a registry file (`SYNTH_MODEL_REGISTRY`) adds entries
+beside the built-in ones."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from synth_pipelines.cli.main import app
 from synth_pipelines.contracts.documents import ServedModelDocument
 from synth_pipelines.contracts.model_info import ModelInfo
 from synth_pipelines.rendering.model_registry import ModelRegistry
+from tests.conftest import serving_gateway
 
 JUDGE = {
     "id": "judges/smollm2",
@@ -35,7 +37,9 @@ def test_registry_file_adds_an_inference_only_route_beside_the_built_in_models(
     registry.write_text(json.dumps([JUDGE]))
     monkeypatch.setenv("SYNTH_MODEL_REGISTRY", str(registry))
 
-    listed = CliRunner().invoke(app, ["model", "list", "--json"])
+    with serving_gateway(monkeypatch):
+        listed = CliRunner().invoke(app, ["model", "list", "--json"])
+        people = CliRunner().invoke(app, ["model", "list"])
 
     assert listed.exit_code == 0, listed.output
     models = {model["id"]: model for model in json.loads(listed.stdout)}
@@ -52,7 +56,6 @@ def test_registry_file_adds_an_inference_only_route_beside_the_built_in_models(
     tiny = models["synth/qwen3-tiny"]
     assert (tiny["route"], tiny["trainable"], tiny["max_input_tokens"]) == ("tinker", True, 32768)
 
-    people = CliRunner().invoke(app, ["model", "list"])
     assert people.exit_code == 0
     (line,) = [line for line in people.stdout.splitlines() if "judges/smollm2" in line]
     assert "openai_chat" in line and "no" in line
@@ -72,8 +75,19 @@ def test_an_invalid_registry_file_is_one_line_exit_2(state, monkeypatch) -> None
     bad.write_text(json.dumps([{**JUDGE, "trainable": True}]))
     monkeypatch.setenv("SYNTH_MODEL_REGISTRY", str(bad))
 
-    listed = CliRunner().invoke(app, ["model", "list"])
+    with serving_gateway(monkeypatch):
+        listed = CliRunner().invoke(app, ["model", "list"])
 
     assert listed.exit_code == 2
     assert listed.stderr.count("\n") == 1
     assert "only tinker routes are trainable" in listed.stderr
+
+
+def test_a_viewer_lists_the_models_and_no_key_lists_none(cli_gateway, monkeypatch) -> None:
+    cli_gateway.act_as("vera", role="viewer")
+    listed = CliRunner().invoke(app, ["model", "list", "--json"])
+    assert listed.exit_code == 0, listed.output
+    assert "synth/qwen3-tiny" in {model["id"] for model in json.loads(listed.stdout)}
+    monkeypatch.setenv("SYNTH_API_KEY", "sk-synth-not-a-key")
+    refused = CliRunner().invoke(app, ["model", "list"])
+    assert refused.exit_code == 2 and refused.stderr.count("\n") == 1, refused.stderr

@@ -2,7 +2,8 @@
 
 - The Dagster webserver (UI, GraphQL API, the UI's websocket) listens on loopback and is
   reached only through nginx rendered from `deploy/nginx-dagster.conf`, which checks the
-  operator token; the CLI's GraphQL calls carry `SYNTH_DAGSTER_TOKEN`.
+  operator token; a command that launches Dagster work (`synth run regrade`) asks the synth
+  gateway, which calls the webserver on loopback.
 - The control database is PostgreSQL with password authentication; the CLI without the
   password is refused with one clear line.
 - Minting a proxy token takes the signing key; no key, an unreadable key or a key open to
@@ -19,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,7 +36,7 @@ from websockets.sync.client import connect
 from synth_pipelines.control.database import engine_for
 from synth_pipelines.services.supervisor import Service, start, stop
 from tests.agent_runs import evaluate, one_task_dataset, profile_document
-from tests.conftest import PROJECT_ROOT
+from tests.conftest import PROJECT_ROOT, serving_gateway
 from tests.listening_sockets import listeners, session_processes
 from tests.live_services import MODEL, platform
 from tests.production_services import free_port, postgres_bin_dir
@@ -221,27 +223,23 @@ def _synth(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_cli_graphql_calls_go_through_nginx_only_with_the_token(gateway_state, tmp_path):
+def test_a_regrade_reaches_the_webserver_through_the_synth_gateway_only(
+    gateway_state, tmp_path, monkeypatch
+):
     run = evaluate(
         one_task_dataset(tmp_path, "update-version-file"), profile_document("oracle.json")
     )
-    through_nginx = {**gateway_state.env, "SYNTH_DAGSTER_URL": gateway_state.url}
-
-    without = _synth(through_nginx, "run", "regrade", run.run_id)
-    assert without.returncode == 2
-    assert "requires an operator token (401 Unauthorized)" in without.stderr
-    assert "set SYNTH_DAGSTER_TOKEN" in without.stderr
-    assert "Traceback" not in without.stderr
-
-    wrong = _synth({**through_nginx, "SYNTH_DAGSTER_TOKEN": "0" * 64}, "run", "regrade", run.run_id)
-    assert wrong.returncode == 2
-    assert "refused the operator token in SYNTH_DAGSTER_TOKEN" in wrong.stderr
-
-    right = _synth(
-        {**through_nginx, "SYNTH_DAGSTER_TOKEN": TOKEN}, "run", "regrade", run.run_id, "--json"
-    )
+    # The synth gateway calls the webserver on loopback; the operator holds no Dagster
+    # token, only the gateway's key.
+    monkeypatch.setenv("SYNTH_DAGSTER_URL", gateway_state.webserver_url)
+    monkeypatch.delenv("SYNTH_DAGSTER_TOKEN", raising=False)
+    with serving_gateway(monkeypatch):
+        right = _synth({}, "run", "regrade", run.run_id, "--json")
     assert right.returncode == 0, right.stderr
     backfill_id = json.loads(right.stdout)["backfill_id"]
+    # Through nginx, the backfill is read only with the operator token.
+    refused = httpx.post(f"{gateway_state.url}/graphql", json=VERSION_QUERY)
+    assert refused.status_code == 401
     status = httpx.post(
         f"{gateway_state.url}/graphql",
         json={
@@ -306,7 +304,7 @@ def password_postgres(password: str) -> Iterator[int]:
 
 
 @pytest.mark.slow
-def test_cli_without_the_database_password_is_refused_clearly(tmp_path):
+def test_a_gateway_without_the_database_password_is_refused_clearly(tmp_path):
     password = secrets.token_hex(16)
     with password_postgres(password) as port:
         admin = create_engine(
@@ -316,26 +314,52 @@ def test_cli_without_the_database_password_is_refused_clearly(tmp_path):
         with admin.connect() as conn:
             conn.execute(text("CREATE DATABASE synth_control"))
         admin.dispose()
-        base = {"SYNTH_DATA_DIR": str(tmp_path / "state")}
+        gateway_port = free_port()
+        base = {
+            "SYNTH_DATA_DIR": str(tmp_path / "state"),
+            "SYNTH_GATEWAY_URL": f"http://127.0.0.1:{gateway_port}",
+        }
 
-        def run_list(credentials: str) -> subprocess.CompletedProcess:
+        def database(credentials: str) -> dict[str, str]:
             url = f"postgresql+psycopg2://{credentials}@127.0.0.1:{port}/synth_control"
-            return _synth({**base, "SYNTH_DATABASE_URL": url}, "run", "list", "--json")
+            return {**base, "SYNTH_DATABASE_URL": url}
 
         for credentials, said in (
             ("synth", "fe_sendauth: no password supplied"),
             ("synth:wrong", 'password authentication failed for user "synth"'),
         ):
-            refused = run_list(credentials)
+            refused = _synth(database(credentials), "gateway", "serve")
             assert refused.returncode == 2, refused.stderr
             assert "the control database at postgresql+psycopg2://synth" in refused.stderr
             assert said in refused.stderr
             assert "check SYNTH_DATABASE_URL" in refused.stderr
             assert "Traceback" not in refused.stderr
-        allowed = run_list(f"synth:{password}")
-        assert allowed.returncode == 0, allowed.stderr
-        assert json.loads(allowed.stdout) == []
-        assert password not in allowed.stderr
+        serving = subprocess.Popen(
+            [SYNTH, "gateway", "serve"],
+            env={**os.environ, **database(f"synth:{password}")},
+            cwd=PROJECT_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert _answers(f"http://127.0.0.1:{gateway_port}/health", serving)
+        finally:
+            serving.terminate()
+            _, stderr = serving.communicate(timeout=30)
+        assert password not in stderr
+
+
+def _answers(url: str, process: subprocess.Popen, timeout_sec: float = 60) -> bool:
+    """Whether `url` answers 200 before `process` ends or the time is up."""
+    deadline = time.monotonic() + timeout_sec
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            if httpx.get(url, timeout=5).status_code == 200:
+                return True
+        except httpx.TransportError:
+            time.sleep(0.2)
+    return False
 
 
 def _mint(env: dict[str, str], *, drop_capabilities: bool = False) -> subprocess.CompletedProcess:

@@ -21,6 +21,8 @@ from synth_pipelines.runtime.run_tables import write_table
 from tests.test_run_summary import _record
 from tests.test_run_summary import _run as three_batch_evaluation
 
+pytestmark = pytest.mark.usefixtures("cli_gateway")
+
 # Clear the screen, retitle the window, ring the bell, overwrite the line, reverse the text.
 HOSTILE = "[/]\x1b[2J\x1b]0;owned\x07done\rpassed \u202eelif"
 CONTROLS = ("\x1b", "\x07", "\r", "\u202e")

@@ -24,7 +24,7 @@ from synth_pipelines.control.runs import list_runs
 from synth_pipelines.runtime.results import collect_results
 from synth_pipelines.storage.objectstore import open_object_store
 from tests.agent_runs import accept, profile_document, publish, run_batches
-from tests.conftest import PROJECT_ROOT
+from tests.conftest import PROJECT_ROOT, serving_gateway
 from tests.fault_injection import ModelServiceProcess
 from tests.live_services import capture_proxy, platform
 from tests.training_runs import script_one_right_one_wrong, training_dataset
@@ -85,14 +85,16 @@ def test_a_run_whose_model_nobody_serves_is_refused_at_submission(state, tmp_pat
     accepted = list_runs(control_engine(Settings()))
     assert [run.run_id for run in accepted] == [json.loads(served.stdout)["run_id"]]
     # With the proxy down, nothing can be checked, and nothing is accepted either.
-    down = synth(*start, *plan)
+    monkeypatch.setenv("SYNTH_PROXY_URL", "http://127.0.0.1:9")
+    with serving_gateway(monkeypatch):
+        down = synth(*start, *plan)
     assert down.returncode == 2 and "is not reachable" in down.stderr, down.stderr
     assert len(list_runs(control_engine(Settings()))) == 1
 
 
 @pytest.mark.slow
 def test_a_model_that_disappears_mid_run_leaves_platform_errors_not_failures(
-    state, tmp_path, monkeypatch
+    state, cli_gateway, tmp_path, monkeypatch
 ):
     service = ModelServiceProcess(tmp_path)
     service.start()

@@ -136,6 +136,17 @@ def test_a_killed_holders_lease_is_reclaimed_once_it_expires(
 ):
     monkeypatch.setenv("SYNTH_ADMISSION_POOL", POOL)
     monkeypatch.setenv("SYNTH_POOL_MAX_ACTIVE_ATTEMPTS", "1")
+    # Imported here, not by the helper processes that import this module.
+    from tests.gateway_support import gateway
+
+    with gateway() as gw:
+        # `synth pool show` asks the gateway, whose deployment's pool this is.
+        monkeypatch.setenv("SYNTH_GATEWAY_URL", gw.url)
+        monkeypatch.setenv("SYNTH_API_KEY", gw.key("alice", role="viewer"))
+        _killed_holders_lease_is_reclaimed()
+
+
+def _killed_holders_lease_is_reclaimed() -> None:
     holder = python_process("hold_forever(ttl_sec=2)", stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline() == "held\n"

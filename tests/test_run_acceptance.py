@@ -33,8 +33,8 @@ def _request(attempts: int = 2) -> RunRequest:
 
 def test_same_idempotency_key_returns_the_same_run_and_creates_nothing(state):
     engine = control_engine(Settings())
-    first, created = accept_run(engine, _request(), "key-1")
-    second, created_again = accept_run(engine, _request(), "key-1")
+    first, created = accept_run(engine, _request(), "key-1", org="local")
+    second, created_again = accept_run(engine, _request(), "key-1", org="local")
     assert created and not created_again
     assert first.run_id == second.run_id
     assert len(list_runs(engine)) == 1
@@ -46,7 +46,7 @@ def test_concurrent_submissions_with_one_key_accept_one_run(state):
     ids: list[str] = []
 
     def submit() -> None:
-        ids.append(accept_run(engine, _request(), "racing-key")[0].run_id)
+        ids.append(accept_run(engine, _request(), "racing-key", org="local")[0].run_id)
 
     threads = [threading.Thread(target=submit) for _ in range(6)]
     for thread in threads:
@@ -59,22 +59,27 @@ def test_concurrent_submissions_with_one_key_accept_one_run(state):
 
 def test_reusing_a_key_for_a_different_request_is_refused(state):
     engine = control_engine(Settings())
-    accept_run(engine, _request(attempts=2), "key-2")
+    accept_run(engine, _request(attempts=2), "key-2", org="local")
     with pytest.raises(IdempotencyConflictError) as refused:
-        accept_run(engine, _request(attempts=3), "key-2")
+        accept_run(engine, _request(attempts=3), "key-2", org="local")
     # The refusal names what differs, and only that, on one line.
     message = str(refused.value)
     assert "plan.attempts_per_task: 2 -> 3" in message and "\n" not in message
     assert "dataset" not in message and "actor" not in message
     with pytest.raises(IdempotencyConflictError, match='model: null -> "synth/qwen3-tiny"'):
-        accept_run(engine, _request().model_copy(update={"model": "synth/qwen3-tiny"}), "key-2")
+        accept_run(
+            engine,
+            _request().model_copy(update={"model": "synth/qwen3-tiny"}),
+            "key-2",
+            org="local",
+        )
     judged = _request().model_copy(update={"judge": _request().actor})
     with pytest.raises(IdempotencyConflictError, match=r"judge: none -> \S+@\S+ \(sha256:"):
-        accept_run(engine, judged, "key-2")
+        accept_run(engine, judged, "key-2", org="local")
 
 
 def test_acceptance_pins_the_spec_and_counts_batches(state):
-    run, _ = accept_run(control_engine(Settings()), _request(), None)
+    run, _ = accept_run(control_engine(Settings()), _request(), None, org="local")
     stored = get_run(control_engine(Settings()), run.run_id)
     assert stored.status == "accepted"
     assert stored.batch_count == 4
@@ -84,7 +89,7 @@ def test_acceptance_pins_the_spec_and_counts_batches(state):
 
 def test_events_resume_from_a_cursor(state):
     engine = control_engine(Settings())
-    run, _ = accept_run(engine, _request(), None)
+    run, _ = accept_run(engine, _request(), None, org="local")
     for n in range(5):
         record_event(engine, run.run_id, "attempt.finished", {"n": n})
     everything = read_events(engine, run_id=run.run_id)
@@ -96,7 +101,7 @@ def test_events_resume_from_a_cursor(state):
 
 def test_final_states_are_never_left(state):
     engine = control_engine(Settings())
-    run, _ = accept_run(engine, _request(), None)
+    run, _ = accept_run(engine, _request(), None, org="local")
     assert transition(engine, run.run_id, "failed", "run.failed", {"reason": "x"})
     assert not transition(engine, run.run_id, "succeeded", "run.succeeded")
     assert get_run(engine, run.run_id).status == "failed"

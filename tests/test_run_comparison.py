@@ -6,6 +6,8 @@ import pytest
 
 from synth_pipelines.runtime.comparison import Proportion, fisher_exact
 
+pytestmark = pytest.mark.usefixtures("cli_gateway")
+
 
 def test_wilson_interval_matches_the_published_formula():
     low, high = Proportion(5, 10).wilson()

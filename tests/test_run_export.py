@@ -21,6 +21,7 @@ from synth_pipelines.evidence.reader import read_attempt_evidence
 from synth_pipelines.evidence.spool import Spool
 from synth_pipelines.storage.objectstore import open_object_store
 from tests.agent_runs import evaluate, one_task_dataset, profile_document, trial_outcomes
+from tests.conftest import operator_key
 from tests.evidence_calls import interaction
 from tests.module_state import module_state
 
@@ -174,3 +175,12 @@ def test_bad_arguments_are_one_line_and_write_nothing(evaluated, monkeypatch, ar
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0], result.stderr
     assert list(here.rglob("*")) == []
+
+
+def test_another_owner_cannot_export_the_run(evaluated, monkeypatch):
+    run, _, tmp_path = evaluated
+    out = tmp_path / "bob.parquet"
+    monkeypatch.setenv("SYNTH_API_KEY", operator_key("bob"))
+    result = synth("run", "export", run.run_id, "--what", "evidence", "--out", str(out))
+    assert result.exit_code == 2 and f"no run {run.run_id!r} of yours" in result.stderr
+    assert not out.exists()

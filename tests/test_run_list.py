@@ -42,7 +42,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory):
                 "model": MODEL,
             }
         )
-        bound, _ = accept_run(control_engine(Settings()), request)
+        bound, _ = accept_run(control_engine(Settings()), request, org="local")
         transition(control_engine(Settings()), bound.run_id, "succeeded", "run.succeeded")
         executed = accept(profile_document("oracle.json"), kind="execute")
         yield {"oracle": oracle, "bound": bound, "executed": executed}

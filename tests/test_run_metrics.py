@@ -27,6 +27,8 @@ from tests.recorded_batches import (
     samplers_in,
 )
 
+pytestmark = pytest.mark.usefixtures("cli_gateway")
+
 EVALUATED = ("fix-off-by-one-pagination", "implement-slugify")
 
 

@@ -1,14 +1,16 @@
-"""`synth run show RUN --json` answered at start-up from the kept document only while
-nothing it reads has changed: byte for byte what the full command printed, and after any
-change to the run, its events, tallies, policy updates, the store's address, the owner or
-the code, the full command again."""
+"""`synth run show RUN --json` answered at start-up through the gateway with the standard
+library only, byte for byte what the full command prints; and the gateway's kept document,
+answered while nothing it reads has changed and built again after any change to the run,
+its events, tallies, policy updates or the code."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
 import pytest
+from sqlalchemy import select
 from typer.testing import CliRunner
 
 from synth_pipelines.cli.main import app
@@ -20,9 +22,12 @@ from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import record_event
 from synth_pipelines.control.policy_updates import mark_unresolved
 from synth_pipelines.control.run_lifecycle import interrupt_run
+from synth_pipelines.control.schema import run_documents
 from tests.recorded_batches import accept_recorded_training, record_batch
 from tests.test_run_summary import _record
 from tests.test_run_summary import _run as three_batch_evaluation
+
+pytestmark = pytest.mark.usefixtures("cli_gateway")
 
 
 def _full(run_id: str) -> str:
@@ -31,10 +36,20 @@ def _full(run_id: str) -> str:
     return result.stdout
 
 
-def _kept(run_id: str, capsys) -> tuple[int | None, str]:
+def _fast(run_id: str, capsys) -> tuple[int | None, str]:
     capsys.readouterr()
     code = answered(["run", "show", run_id, "--json"])
     return code, capsys.readouterr().out
+
+
+def _builds(run_id: str) -> str:
+    """When the gateway last built the run's document."""
+    with control_engine(Settings()).connect() as conn:
+        return str(
+            conn.execute(
+                select(run_documents.c.stored_at).where(run_documents.c.run_id == run_id)
+            ).scalar_one()
+        )
 
 
 @pytest.fixture
@@ -44,71 +59,53 @@ def training(state, tmp_path):
     return run
 
 
-def test_a_second_read_prints_what_the_full_command_printed(training, capsys):
+def test_the_fast_path_prints_what_the_full_command_prints(training, capsys):
     printed = _full(training.run_id)
-    assert _kept(training.run_id, capsys) == (0, printed)
+    assert _fast(training.run_id, capsys) == (0, printed)
+    assert _fast(training.run_id[:8], capsys) == (0, printed)
 
 
-def _stop_event(run, monkeypatch):
+def test_an_unchanged_run_is_answered_from_the_kept_document(training):
+    _full(training.run_id)
+    built = _builds(training.run_id)
+    record_batch(training, 1, learned=False)  # started, its attempts finished, no tally yet
+    _full(training.run_id)
+    assert _builds(training.run_id) == built
+
+
+def _stop_event(run):
     record_event(control_engine(Settings()), run.run_id, "run.failed", {"reason": "a test says so"})
 
 
-def _new_update(run, monkeypatch):
+def _new_update(run):
     mark_unresolved(control_engine(Settings()), run.run_id, batch_key(run.run_id, 2), 2, datums=3)
 
 
-def _stopped(run, monkeypatch):
+def _stopped(run):
     interrupt_run(control_engine(Settings()), run.run_id, "a test stops it", {})
 
 
-def _other_store(run, monkeypatch):
-    monkeypatch.setenv("SYNTH_OBJECT_STORE_URL", "s3://another-bucket")
+@pytest.mark.parametrize("change", [_stop_event, _new_update, _stopped])
+def test_any_change_builds_the_document_again(training, capsys, change):
+    before = _full(training.run_id)
+    built = _builds(training.run_id)
+    change(training)
+    code, after = _fast(training.run_id, capsys)
+    assert _builds(training.run_id) != built
+    assert after == _full(training.run_id)
+    if change is _stopped:
+        assert (code, json.loads(after)["status"]) == (1, "interrupted") and after != before
 
 
-def _other_owner(run, monkeypatch):
-    monkeypatch.setenv("SYNTH_OWNER", "someone-else")
-
-
-def _lower_case_setting(run, monkeypatch):
-    monkeypatch.setenv("synth_owner", "local")
-
-
-@pytest.mark.parametrize(
-    "change",
-    [
-        _stop_event,
-        _new_update,
-        _stopped,
-        _other_store,
-        _other_owner,
-        _lower_case_setting,
-    ],
-)
-def test_any_change_sends_the_read_to_the_full_command(training, capsys, monkeypatch, change):
-    _full(training.run_id)
-    change(training, monkeypatch)
-    assert _kept(training.run_id, capsys) == (None, "")
-
-
-def test_a_batch_under_way_changes_nothing_the_document_holds(training, capsys):
-    _full(training.run_id)
-    record_batch(training, 1, learned=False)  # started, its attempts finished, no tally yet
-    assert _kept(training.run_id, capsys) == (0, _full(training.run_id))
-
-
-def test_a_new_tally_sends_the_read_to_the_full_command(state, tmp_path, capsys):
+def test_a_new_tally_is_in_the_next_answer(state, tmp_path, capsys):
     run = three_batch_evaluation(tmp_path)
     _record(run, 0, [1.0, 0.0])
-    _full(run.run_id)
-    assert _kept(run.run_id, capsys)[0] == 0
+    assert '"batches_done": 1' in _fast(run.run_id, capsys)[1]
     _record(run, 1, [1.0, 1.0])
-    assert _kept(run.run_id, capsys) == (None, "")
-    printed = _full(run.run_id)
-    assert '"batches_done": 2' in printed
-    assert _kept(run.run_id, capsys) == (0, printed)
+    assert '"batches_done": 2' in _fast(run.run_id, capsys)[1]
 
 
-def test_changed_code_sends_the_read_to_the_full_command(training, capsys, monkeypatch, tmp_path):
+def test_changed_code_builds_the_document_again(training, monkeypatch, tmp_path):
     _full(training.run_id)
     package = tmp_path / "package"
     for part in run_document_fingerprint.CODE:
@@ -116,32 +113,41 @@ def test_changed_code_sends_the_read_to_the_full_command(training, capsys, monke
         for source in (run_document_fingerprint.PACKAGE / part).glob("*.py"):
             (package / part / source.name).write_bytes(source.read_bytes())
     monkeypatch.setattr(run_document_fingerprint, "PACKAGE", package)
-    assert _kept(training.run_id, capsys)[0] == 0
+    _full(training.run_id)
+    built = _builds(training.run_id)
+    _full(training.run_id)
+    assert _builds(training.run_id) == built
     with (package / "runtime" / "results.py").open("a") as source:
         source.write("# a changed line\n")
-    assert _kept(training.run_id, capsys) == (None, "")
-
-
-def test_a_stopped_run_still_exits_1(training, capsys):
-    interrupt_run(control_engine(Settings()), training.run_id, "a test stops it", {})
-    printed = _full(training.run_id)
-    assert _kept(training.run_id, capsys) == (1, printed)
+    _full(training.run_id)
+    assert _builds(training.run_id) != built
 
 
 @pytest.mark.parametrize(
     "argv",
     [
-        ["run", "show", "PREFIX", "--json"],
         ["run", "show", "RUN"],
         ["run", "show", "RUN", "--json", "--assessments"],
         ["run", "events", "RUN", "--json"],
     ],
 )
 def test_other_reads_go_to_the_full_command(training, capsys, argv):
-    _full(training.run_id)
-    wanted = {"RUN": training.run_id, "PREFIX": training.run_id[:6]}
+    wanted = {"RUN": training.run_id}
     assert answered([wanted.get(arg, arg) for arg in argv]) is None
     assert capsys.readouterr().out == ""
+
+
+def test_a_refusal_goes_to_the_full_command_which_says_why(training, capsys, monkeypatch):
+    monkeypatch.setenv("SYNTH_API_KEY", "synth_0123456789abcdef_wrong")
+    assert _fast(training.run_id, capsys) == (None, "")
+    result = CliRunner().invoke(app, ["run", "show", training.run_id, "--json"])
+    assert result.exit_code == 2 and result.stdout.startswith("{")
+    assert len([line for line in result.stderr.splitlines() if line.strip()]) == 1
+
+
+def test_another_owners_run_is_not_answered(training, capsys, cli_gateway):
+    cli_gateway.act_as("someone-else")
+    assert _fast(training.run_id, capsys) == (None, "")
 
 
 def test_the_executable_answers_without_loading_the_cli(training):
@@ -153,8 +159,8 @@ def test_the_executable_answers_without_loading_the_cli(training):
         "try:\n"
         "    main()\n"
         "except SystemExit as exit:\n"
-        "    print(exit.code, sorted({'typer', 'pydantic', 'sqlalchemy'} & set(sys.modules)),"
-        " file=sys.stderr)\n"
+        "    print(exit.code, sorted({'typer', 'pydantic', 'sqlalchemy', 'httpx'} & "
+        "set(sys.modules)), file=sys.stderr)\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.stdout == printed

@@ -7,13 +7,14 @@ import io
 
 from rich.console import Console
 
-from synth_pipelines.cli.batch_learning import learning_rows, learning_tables
+from synth_pipelines.cli.batch_learning import learning_tables
 from synth_pipelines.config import Settings
 from synth_pipelines.contracts.batch_learning import BatchLearning
 from synth_pipelines.contracts.policy_update import BatchLearningRow
 from synth_pipelines.contracts.run_spec import batch_key
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.policy_updates import acknowledge, mark_unresolved
+from synth_pipelines.runtime.run_reports import learning_rows
 
 
 def test_a_run_without_training_batches_prints_no_learning_tables():

@@ -3,11 +3,14 @@ from and what learning did) and the reward trend, then the per-task table as for
 
 from __future__ import annotations
 
+import pytest
 from typer.testing import CliRunner
 
 from synth_pipelines.cli.batch_learning import sparkline
 from synth_pipelines.cli.main import app
 from tests.recorded_batches import SAMPLERS, accept_recorded_training, record_batch, samplers_in
+
+pytestmark = pytest.mark.usefixtures("cli_gateway")
 
 
 def test_a_train_run_shows_its_batches_and_reward_trend_before_its_tasks(state, tmp_path):

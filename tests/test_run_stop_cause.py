@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import dagster as dg
+import pytest
 
 from assets.sensors import batch_failure
 from synth_pipelines.config import Settings
@@ -20,6 +21,8 @@ from synth_pipelines.definitions import definitions
 from synth_pipelines.registry.datasets import get_dataset, read_page
 from tests.agent_runs import accept, one_task_dataset, profile_document, publish
 from tests.conftest import PROJECT_ROOT
+
+pytestmark = pytest.mark.usefixtures("cli_gateway")
 
 
 def test_a_batch_that_fails_interrupts_its_run_with_the_innermost_error(state, tmp_path):

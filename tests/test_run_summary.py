@@ -49,7 +49,7 @@ def _run(tmp_path: Path) -> RunRecord:
         actor=PinnedProfile.from_document(profile_document("oracle.json")),
         plan={"kind": "eval", "attempts_per_task": ATTEMPTS, "tasks_per_batch": 1},
     )
-    run = accept_run(engine, request)[0]
+    run = accept_run(engine, request, org="local")[0]
     assert run.batch_count == len(TASKS)
     return run
 

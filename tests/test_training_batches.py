@@ -44,7 +44,9 @@ def _table(asset: str, key: str):
 
 
 @pytest.mark.slow
-def test_three_batch_training_run_keeps_the_policy_boundary(state, tmp_path, monkeypatch):
+def test_three_batch_training_run_keeps_the_policy_boundary(
+    state, cli_gateway, tmp_path, monkeypatch
+):
     with platform(monkeypatch) as (model_url, _proxy):
         run = accept_training(training_dataset(tmp_path), PLAN)
         early = run_batch(run, 1)

@@ -46,7 +46,9 @@ def _script_every_attempt_right(model_url: str) -> None:
 
 
 @pytest.mark.slow
-def test_a_batch_without_signal_records_no_step_and_warns(state, tmp_path, monkeypatch):
+def test_a_batch_without_signal_records_no_step_and_warns(
+    state, cli_gateway, tmp_path, monkeypatch
+):
     with platform(monkeypatch) as (model_url, _proxy):
         run = accept_training(training_dataset(tmp_path), PLAN)
         _script_every_attempt_right(model_url)

@@ -86,7 +86,7 @@ def _accept(dataset_dir: Path, plan: dict, model: str | None = None) -> RunRecor
         plan=plan,
         model=model,
     )
-    return accept_run(engine, request)[0]
+    return accept_run(engine, request, org="local")[0]
 
 
 def _run_warm_start(run: RunRecord) -> dg.ExecuteInProcessResult:

@@ -78,7 +78,7 @@ def accept_training(
         plan={"kind": "train", **plan},
         model=model,
     )
-    return accept_run(engine, request)[0]
+    return accept_run(engine, request, org="local")[0]
 
 
 def run_batch(run: RunRecord, index: int, job: str = "training_batch") -> dg.ExecuteInProcessResult:

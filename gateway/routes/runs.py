@@ -17,18 +17,20 @@ from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
 from sqlalchemy import Engine
 
-from gateway.auth import Viewer
+from gateway.auth import Operator, Viewer
 from gateway.openapi import refusals
 from gateway.state import GatewayState, State
 from synth_pipelines.contracts.api_errors import ApiError
-from synth_pipelines.contracts.documents import RunSummary
+from synth_pipelines.contracts.documents import AcceptedRun, RunSummary
 from synth_pipelines.contracts.run_event import RunEvent
 from synth_pipelines.contracts.run_record import RunRecord
+from synth_pipelines.contracts.run_submission import RunSubmission
 from synth_pipelines.control.events import read_events
 from synth_pipelines.control.runs import (
     KINDS,
     STATUSES,
     AmbiguousRunIdError,
+    IdempotencyConflictError,
     RunNotFoundError,
     get_run,
     list_runs,
@@ -69,6 +71,52 @@ def list_(
             )
     found = list_runs(state.engine, owner=key.owner, limit=limit, kind=kind, status=status)
     return [RunSummary.of(run, state.config.dagster_url) for run in found]
+
+
+@router.post("", response_model=AcceptedRun, responses=refusals(400, 403, 409))
+def start(body: RunSubmission, key: Operator, state: State) -> AcceptedRun:
+    """Accept a run of the key's owner, in one transaction with its pinned specification,
+    its creation event and its idempotency key: the same key with the same request
+    answers the same run (`created` false), with another request 409 naming what differs."""
+    from synth_pipelines.registry.datasets import DatasetError
+    from synth_pipelines.runtime.served_models import ModelNotServedError, ServedModels
+    from synth_pipelines.submission.errors import SubmissionError
+    from synth_pipelines.submission.run_requests import Submission, submit_run
+
+    config = state.config
+
+    def text(document: str | dict[str, object] | None) -> str | None:
+        return json.dumps(document) if isinstance(document, dict) else document
+
+    submission = Submission(
+        dataset=body.dataset,
+        actor=text(body.actor) or "",
+        plan=json.dumps(body.plan),
+        judge=text(body.judge),
+        model=body.model,
+        kinds=tuple(body.kinds),
+    )
+    models = ServedModels(
+        proxy_url=config.proxy_url,
+        model_service_url=config.model_service_url,
+        model_service_key=config.model_service_key,
+        signing_key=lambda: config.signing_key,
+        owner=key.owner,
+    )
+    try:
+        run, created = submit_run(
+            state.engine,
+            submission,
+            key.owner,
+            body.idempotency_key,
+            org=key.org,
+            models=models,
+        )
+    except IdempotencyConflictError as conflict:
+        raise ApiError("conflict_error", str(conflict)) from None
+    except (SubmissionError, DatasetError, ModelNotServedError) as refused:
+        raise ApiError("invalid_request_error", str(refused)) from None
+    return AcceptedRun(**RunSummary.of(run, config.dagster_url).model_dump(), created=created)
 
 
 @router.get("/{run_id}", response_model=RunSummary, responses=refusals(400, 404))

@@ -15,10 +15,11 @@ from datetime import UTC, datetime
 from urllib.parse import quote
 
 import httpx
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from gateway.auth import Operator
 from gateway.openapi import refusals
+from gateway.routes.model_calls import model_calls_url
 from gateway.state import State
 from synth_pipelines.contracts.api_errors import ApiError
 from synth_pipelines.contracts.interactive_session import InteractiveSession, SessionRequest
@@ -38,8 +39,11 @@ router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 @router.post(
     "", response_model=InteractiveSession, status_code=201, responses=refusals(400, 403, 404)
 )
-def create(request: SessionRequest, key: Operator, state: State) -> InteractiveSession:
-    """A token for the key's owner to sample `model` through the capture proxy."""
+def create(
+    request: SessionRequest, key: Operator, state: State, incoming: Request
+) -> InteractiveSession:
+    """A token for the key's owner to sample `model` through the capture proxy, which the
+    harness reaches through this gateway (`/anthropic`), at the address it was asked at."""
     config = state.config
     scope = AttemptScope(
         run_id=SESSION_RUN,
@@ -74,9 +78,10 @@ def create(request: SessionRequest, key: Operator, state: State) -> InteractiveS
     return InteractiveSession(
         token=token,
         token_id=claims.token_id,
+        scope=scope,
         model=request.model,
         expires_at=datetime.fromtimestamp(claims.expires_at, UTC),
-        proxy_url=config.proxy_url,
+        proxy_url=model_calls_url(str(incoming.base_url)),
         context_window=limits.max_input_tokens,
         max_output=limits.max_tokens,
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -87,6 +88,24 @@ def mint_attempt_token(
     return sign_claims(load_signing_key(signing_key_path), claims), claims
 
 
+@dataclass(frozen=True)
+class AttemptToken:
+    """An attempt's token, and how it is refused once the attempt has ended."""
+
+    value: str
+    revoke: Callable[[str], None]
+    """Refuse the token from now on, saying why."""
+
+
+def signed_token(identity: AttemptIdentity, ttl_sec: int, platform: PlatformAccess) -> AttemptToken:
+    """A token signed with the platform's key and revoked in its control database: a
+    managed trial's, whose worker holds both."""
+    token, claims = mint_attempt_token(identity, ttl_sec, platform.signing_key_path)
+    return AttemptToken(
+        token, lambda reason: revoke_token(platform.control_engine(), claims, reason)
+    )
+
+
 def model_limits(proxy_url: str, token: str, model: str) -> tuple[int, int]:
     """(context window, output limit) of the bound model, as the proxy serves it."""
     try:
@@ -134,11 +153,13 @@ async def run_profile(
     *,
     timeout_sec: float | None,
     log_dir: str = "/logs/agent",
+    token: AttemptToken | None = None,
 ) -> LaunchOutcome:
+    """`token` is the attempt's own when its caller was given one (`synth agent run`'s, by
+    the gateway); otherwise one is signed with the platform's key. Either is revoked when
+    the run ends."""
     pinned.profile()  # refuses a profile whose digest does not match, before any token
-    token, claims = mint_attempt_token(
-        identity, token_lifetime(timeout_sec), platform.signing_key_path
-    )
+    issued = token or signed_token(identity, token_lifetime(timeout_sec), platform)
     try:
         return await _run_with_token(
             environment,
@@ -147,19 +168,14 @@ async def run_profile(
             identity,
             logs_dir,
             platform,
-            token,
+            issued.value,
             timeout_sec,
             log_dir,
         )
     finally:
         # In a thread, so that a cancelled run (its timeout) still gets here and the
         # revocation completes even if this task is cancelled again while it waits.
-        await asyncio.to_thread(
-            revoke_token,
-            platform.control_engine(),
-            claims,
-            f"attempt {identity.attempt_id} has ended",
-        )
+        await asyncio.to_thread(issued.revoke, f"attempt {identity.attempt_id} has ended")
 
 
 async def _run_with_token(

@@ -1,4 +1,5 @@
-"""`synth admin key create|list|revoke`: operators' API keys, through the gateway."""
+"""`synth admin key create|list|revoke` (operators' API keys) and `synth admin org limits`
+(organizations' admission limits), through the gateway."""
 
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ from synth_pipelines.config import Settings
 from synth_pipelines.contracts.operator_key import ROLES
 
 admin_app = typer.Typer(
-    help="Administer the deployment: operators' API keys.", no_args_is_help=True
+    help="Administer the deployment: operators' API keys, organizations' limits.",
+    no_args_is_help=True,
 )
 key_app = typer.Typer(help="Create, list and revoke operators' API keys.", no_args_is_help=True)
 admin_app.add_typer(key_app, name="key")
+org_app = typer.Typer(help="Organizations' admission limits.", no_args_is_help=True)
+admin_app.add_typer(org_app, name="org")
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"^(\d+)([smhd])$")
@@ -108,3 +112,58 @@ def revoke(
         console.print(f"revoked API key {revoked['key_id']} of {revoked['owner']}", highlight=False)
 
     emit("admin key revoke", revoked, as_json, render)
+
+
+def limit_value(option: str, text: str) -> int | None:
+    """A limit as given: a count of zero or more, or `none` for unlimited."""
+    if text.strip().lower() == "none":
+        return None
+    if not text.strip().isdigit():
+        fail(f"{option} {text!r} must be a whole number of 0 or more, or none for unlimited")
+    return int(text)
+
+
+@org_app.command("limits")
+def limits(
+    ctx: typer.Context,
+    org: str = typer.Argument(..., help="The organization (a key's --org)."),
+    max_runs: str | None = typer.Option(
+        None, "--max-runs", help="Its runs running at once: N, or none for unlimited."
+    ),
+    max_attempts: str | None = typer.Option(
+        None,
+        "--max-attempts",
+        help="Its attempts active at once, over every worker pool: N, or none for unlimited.",
+    ),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Show the organization's limits, or set those given (the other one is kept). What
+    is over a limit waits in line and starts when the organization is under it again."""
+    config: Settings = ctx.obj
+    path = f"/v1/orgs/{org}/limits"
+    with user_errors():
+        client = GatewayClient(config)
+        found = client.request("GET", path)
+        if max_runs is not None or max_attempts is not None:
+            body = {
+                "max_concurrent_runs": found["max_concurrent_runs"]
+                if max_runs is None
+                else limit_value("--max-runs", max_runs),
+                "max_active_attempts": found["max_active_attempts"]
+                if max_attempts is None
+                else limit_value("--max-attempts", max_attempts),
+            }
+            found = client.request("PUT", path, json=body)
+
+    def render() -> None:
+        def shown(limit: int | None) -> str:
+            return "unlimited" if limit is None else str(limit)
+
+        console.print(
+            f"organization {found['org']}: runs at once {shown(found['max_concurrent_runs'])}, "
+            f"attempts at once {shown(found['max_active_attempts'])}",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+    emit("admin org limits", found, as_json, render)

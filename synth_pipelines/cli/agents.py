@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import typer
 
@@ -17,6 +18,11 @@ from synth_pipelines.cli.output import (
     user_errors,
 )
 from synth_pipelines.config import Settings
+
+if TYPE_CHECKING:
+    from synth_pipelines.cli.gateway_client import GatewayClient
+    from synth_pipelines.contracts.profile import PinnedProfile
+    from synth_pipelines.runtime.local_run import OpenSession
 
 agent_app = typer.Typer(
     help="Run an agent profile on a task in the local sandbox.", no_args_is_help=True
@@ -36,18 +42,19 @@ def run(
     output: Path | None = typer.Option(None, "--output", help="Where logs and the workspace go."),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Launch the profile on the task through the capture proxy, like a managed trial."""
+    """Launch the profile on the task through the capture proxy, like a managed trial, with
+    a session token the gateway mints for your key's owner (revoked when the run ends)."""
     import asyncio
 
     from synth_pipelines.agents.constraints import LaunchConstraintError
     from synth_pipelines.agents.engines import EngineUnavailableError
     from synth_pipelines.agents.session import ModelUnavailableError
-    from synth_pipelines.control.database import control_engine
+    from synth_pipelines.cli.gateway_client import GatewayClient
     from synth_pipelines.registry.task_packages import TaskFormatError
     from synth_pipelines.runtime.local_run import run_locally
-    from synth_pipelines.submission.run_requests import read_profile
 
     config: Settings = ctx.obj
+    client = GatewayClient(config)
     with user_errors(
         LaunchConstraintError,
         EngineUnavailableError,
@@ -55,12 +62,14 @@ def run(
         TaskFormatError,
         ValueError,
     ):
-        pinned = read_profile(control_engine(config), profile)
+        pinned = gateway_profile(client, profile)
         bound = model or pinned.profile().model
         if bound is None:
             fail(f"profile {pinned.name}@{pinned.version} binds no model; pass --model")
         destination = output or config.state_dir / "agent-runs" / task.name
-        done = asyncio.run(run_locally(pinned, task, bound, destination, config))
+        done = asyncio.run(
+            run_locally(pinned, task, bound, destination, config, gateway_sessions(client))
+        )
     result = done.outcome.result
     data: dict[str, Any] = {
         "run_id": done.identity.run_id,
@@ -93,6 +102,43 @@ def run(
         raise typer.Exit(EXIT_RUN_FAILED)
 
 
+def gateway_profile(client: GatewayClient, value: str) -> PinnedProfile:
+    """`@file.json` or inline JSON as given, or a published `org/name@version` as the
+    gateway holds it."""
+    from synth_pipelines.contracts.published_profile import PublishedProfile
+    from synth_pipelines.submission.run_requests import pinned_document, read_json_argument
+
+    if value.startswith("@") or value.lstrip().startswith("{"):
+        return pinned_document(read_json_argument(value, "profile"), "profile", value)
+    found = client.request("GET", f"/v1/profiles/{quote(value, safe='/@')}")
+    return PublishedProfile.model_validate(found).pinned
+
+
+def gateway_sessions(client: GatewayClient) -> OpenSession:
+    """Sessions the gateway grants the client's key (`POST /v1/sessions`), each revoked
+    through it (`DELETE /v1/sessions/{id}`)."""
+    from synth_pipelines.agents.session import AttemptToken
+    from synth_pipelines.contracts.interactive_session import InteractiveSession
+    from synth_pipelines.runtime.local_run import AttemptSession
+
+    def open_session(model: str, ttl_sec: int) -> AttemptSession:
+        granted = InteractiveSession.model_validate(
+            client.request("POST", "/v1/sessions", json={"model": model, "ttl_sec": ttl_sec})
+        )
+
+        def revoke(_reason: str) -> None:
+            # The gateway records its own reason: the session's key revoked it.
+            client.text("DELETE", f"/v1/sessions/{granted.token_id}")
+
+        return AttemptSession(
+            scope=granted.scope,
+            token=AttemptToken(granted.token, revoke),
+            proxy_url=granted.proxy_url,
+        )
+
+    return open_session
+
+
 def claude(
     ctx: typer.Context,
     model: str = typer.Option(..., "--model", help="A base model or a checkpoint reference."),
@@ -118,4 +164,7 @@ def claude(
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
     }
     env.pop("ANTHROPIC_API_KEY", None)
+    if config.gateway_ca is not None:
+        # Its model calls go to the gateway: Node checks its certificate by this authority.
+        env["NODE_EXTRA_CA_CERTS"] = str(config.gateway_ca)
     os.execve(str(binary), [str(binary), "--model", model, *ctx.args], env)

@@ -3,31 +3,13 @@ the numbers a researcher reads first."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from rich import box
 from rich.table import Table
-from sqlalchemy import Engine
 
 from synth_pipelines.contracts.new_datum_reasons import NewDatumReason
 from synth_pipelines.contracts.policy_update import BatchLearningRow
-from synth_pipelines.contracts.run_spec import parse_batch_key
-from synth_pipelines.control.events import read_events
-from synth_pipelines.control.policy_updates import run_updates
-
-
-def learning_rows(engine: Engine, run_id: str) -> list[BatchLearningRow]:
-    """One row per batch whose update is recorded, in batch order."""
-    return [BatchLearningRow.of(update) for update in run_updates(engine, run_id)]
-
-
-def learning_warnings(rows: list[BatchLearningRow]) -> list[str]:
-    return [
-        f"batch {row.batch_index} applied no optimizer step: {row.no_step_reason}"
-        for row in rows
-        if row.status == "acknowledged" and not row.optimizer_step
-    ]
 
 
 def _number(value: float | None, spec: str) -> str:
@@ -127,80 +109,6 @@ def learning_tables(rows: list[BatchLearningRow]) -> list[Table]:
         )
     return [signal, packing, update]
 
-
-def event_reward(rewards_json: str | None) -> float | None:
-    """The headline reward of an `attempt.finished` event (as `judging/assessing.py` reads it)."""
-    rewards = json.loads(rewards_json) if rewards_json else {}
-    if "reward" in rewards:
-        return float(rewards["reward"])
-    return float(next(iter(rewards.values()))) if len(rewards) == 1 else None
-
-
-def _sampled_tokens(row: BatchLearningRow) -> int:
-    return round(row.action_tokens_per_turn * row.turns_per_attempt * row.attempts)
-
-
-def batch_series(engine: Engine, run_id: str) -> list[dict[str, Any]]:
-    """One `run metrics` row per batch that finished an attempt or recorded an update, in
-    batch order. A recorded update is the batch's account of itself (its attempts and
-    reward mean); otherwise the batch's finished attempts are counted, and the learning
-    fields are None."""
-    from synth_pipelines.contracts.assessment import passed
-
-    finished = read_events(engine, run_id=run_id, kinds=("attempt.finished",), limit=10_000_000)
-    rewards: dict[str, list[float | None]] = {}
-    for event in finished:
-        rewards.setdefault(event.data["batch"], []).append(event_reward(event.data.get("rewards")))
-    learned = {row.batch: row for row in learning_rows(engine, run_id)}
-    series = []
-    for batch in sorted(rewards.keys() | learned.keys(), key=lambda key: parse_batch_key(key)[1]):
-        scored = [r for r in rewards.get(batch, []) if r is not None]
-        row = {
-            "batch_index": parse_batch_key(batch)[1],
-            "batch": batch,
-            "attempts": len(rewards.get(batch, [])),
-            "passed": sum(passed(r) for r in scored),
-            "reward_mean": sum(scored) / len(scored) if scored else None,
-            "sampler": None,
-            "groups_used": None,
-            "groups_dropped": None,
-            "datums": None,
-            "tokens": None,
-            "step_applied": None,
-            "kl_sample_train_v1": None,
-        }
-        update = learned.get(batch)
-        if update is not None:
-            row |= {
-                "attempts": update.attempts,
-                "reward_mean": update.reward_mean,
-                "sampler": update.sampler,
-                "groups_used": update.groups_used,
-                "groups_dropped": sum(update.groups_dropped.values()),
-                "datums": update.datums,
-                "tokens": _sampled_tokens(update),
-                "step_applied": update.optimizer_step if update.status == "acknowledged" else None,
-                "kl_sample_train_v1": update.kl_sample_train_v1,
-            }
-        series.append(row)
-    return series
-
-
-SERIES_FIELDS = (
-    "batch_index",
-    "batch",
-    "attempts",
-    "passed",
-    "reward_mean",
-    "sampler",
-    "groups_used",
-    "groups_dropped",
-    "datums",
-    "tokens",
-    "step_applied",
-    "kl_sample_train_v1",
-)
-"""The columns of `run metrics --csv`, in order: the fields of one `batch_series` row."""
 
 _BLOCKS = "▁▂▃▄▅▆▇█"
 

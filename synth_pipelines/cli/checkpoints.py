@@ -3,22 +3,16 @@ runs that sampled through it since."""
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 import typer
+from pydantic import TypeAdapter
 from rich.table import Table
 
+from synth_pipelines.cli.gateway_client import GatewayClient
 from synth_pipelines.cli.output import JSON_OPTION, console, emit, user_errors
-from synth_pipelines.config import Settings
+from synth_pipelines.contracts.checkpoint import Checkpoint
 from synth_pipelines.contracts.checkpoint_lineage import CheckpointLineage
-from synth_pipelines.control.checkpoint_lineage import (
-    CheckpointNotFoundError,
-    checkpoint_lineage,
-    owner_checkpoints,
-    resolve_checkpoint,
-)
-from synth_pipelines.control.database import control_engine
-from synth_pipelines.control.ownership import NotOwnerError, owned_run
-from synth_pipelines.control.runs import RunNotFoundError
-from synth_pipelines.storage.objectstore import configured_object_store
 
 checkpoint_app = typer.Typer(
     help="Checkpoints: what produced each one, and what sampled through it since.",
@@ -41,12 +35,12 @@ def list_checkpoints(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Your checkpoints, oldest first; the id is what `--model` and `checkpoint show` take."""
-    config: Settings = ctx.obj
-    engine, owner = control_engine(config), config.owner
-    if run_id is not None:
-        with user_errors(RunNotFoundError, NotOwnerError):
-            owned_run(engine, run_id, owner)
-    found = owner_checkpoints(engine, owner, run_id)
+    client = GatewayClient(ctx.obj)
+    only = {} if run_id is None else {"run": run_id}
+    with user_errors():
+        found = TypeAdapter(list[Checkpoint]).validate_python(
+            client.request("GET", "/v1/checkpoints", params=only)
+        )
 
     def render() -> None:
         table = _whole_ids_table("id", "run / batch", "steps", "base model", "created")
@@ -111,10 +105,9 @@ def show(
 ) -> None:
     """One checkpoint: its producing run and batch, base model and optimizer steps, the
     sampling groups recorded against it, and every run that selected it."""
-    config: Settings = ctx.obj
-    engine = control_engine(config)
-    with user_errors(CheckpointNotFoundError):
-        checkpoint = resolve_checkpoint(engine, config.owner, checkpoint_id)
-    store = configured_object_store(config)
-    lineage = checkpoint_lineage(engine, store, checkpoint)
+    client = GatewayClient(ctx.obj)
+    with user_errors():
+        lineage = CheckpointLineage.model_validate(
+            client.request("GET", f"/v1/checkpoints/{quote(checkpoint_id, safe='')}")
+        )
     emit("checkpoint show", lineage, as_json, lambda: _render(lineage))

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from typer.core import TyperGroup
 
 from synth_pipelines.cli.lazy_commands import CommandSource, LazyCommand
-from synth_pipelines.cli.output import fail
+from synth_pipelines.cli.output import UserError, fail
 from synth_pipelines.config import Settings, settings
 from synth_pipelines.state_locations import keep_private
 
@@ -75,6 +75,9 @@ class SynthGroup(TyperGroup):
             )
         try:
             return super().invoke(ctx)
+        except UserError as error:
+            # A refusal (the gateway's, or this command's) raised outside `user_errors`.
+            fail(str(error))
         except Exception as error:
             # SQLAlchemy is imported by the commands that use the database, not for every
             # command: only one that raised can have raised its error.

@@ -1,11 +1,18 @@
-"""`synth dataset publish|show|list`."""
+"""`synth dataset publish|show|list`, through the gateway.
+
+Publishing packs the tasks here, then moves each package straight to the object store
+through an upload grant the gateway issues, and has the gateway commit the version.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import quote
 
 import typer
+from pydantic import TypeAdapter
 
+from synth_pipelines.cli.gateway_client import GatewayClient
 from synth_pipelines.cli.output import (
     JSON_OPTION,
     console,
@@ -16,17 +23,16 @@ from synth_pipelines.cli.output import (
 )
 from synth_pipelines.cli.progress import ProgressDisplay, PublishProgress
 from synth_pipelines.config import Settings
-from synth_pipelines.control.database import control_engine
-from synth_pipelines.control.table_outputs import current_table_ref
-from synth_pipelines.registry.datasets import (
-    DatasetError,
-    PublishPhase,
-    get_dataset,
-    list_datasets,
-    publish_dataset,
-    read_page,
+from synth_pipelines.contracts.dataset import DatasetVersion
+from synth_pipelines.contracts.documents import DatasetWithTasks, PublishedDataset
+from synth_pipelines.contracts.upload_grant import (
+    DatasetCommit,
+    GrantRequest,
+    PackageToUpload,
+    UploadGrants,
 )
-from synth_pipelines.storage.objectstore import configured_object_store
+from synth_pipelines.registry.datasets import DatasetError, PublishPhase, pack_dataset
+from synth_pipelines.registry.task_packages import package_sha256
 
 dataset_app = typer.Typer(
     help="Publish and inspect immutable dataset versions.", no_args_is_help=True
@@ -46,10 +52,7 @@ def publish(
     packed, then uploaded, show as a bar on stderr; with --json as one `dataset publish
     progress` JSON object per line on stderr per task (`synth schema 'dataset publish
     progress'`), stdout keeping only the document."""
-    from resources.dagster_instance import report_dataset_published
-
     config: Settings = ctx.obj
-    engine, store = control_engine(config), configured_object_store(config)
     with (
         user_errors(DatasetError),
         ProgressDisplay("json" if as_json else "bar", errors) as display,
@@ -58,19 +61,44 @@ def publish(
         def task_done(phase: PublishPhase, task: str, done: int, total: int) -> None:
             display.show(PublishProgress(f"{name}@{version}", phase, task, done, total))
 
-        dataset, created = publish_dataset(
-            engine, store, directory, name, version, config.owner, description, task_done
+        packages = pack_dataset(directory, name, version, task_done)
+        gateway = GatewayClient(config)
+        request = GrantRequest(
+            name=name,
+            version=version,
+            tasks=[
+                PackageToUpload(
+                    name=package.name,
+                    digest=package.digest,
+                    sha256=package_sha256(package),
+                    size=len(package.archive),
+                )
+                for package in packages
+            ],
         )
-    if created:
-        table = current_table_ref(engine, "dataset_tasks", dataset.ref)
-        assert table is not None
-        report_dataset_published(config.dagster_home, dataset, table, store.uri(table.key))
+        granted = UploadGrants.model_validate(
+            gateway.request("POST", "/v1/datasets/grants", json=request.model_dump())
+        )
+        if not granted.published:
+            for done, (package, grant) in enumerate(zip(packages, granted.grants, strict=True), 1):
+                if grant.url is not None:
+                    gateway.upload(grant.url, package.archive, grant.headers)
+                task_done("uploaded", package.name, done, len(packages))
+        commit = DatasetCommit(
+            name=name,
+            version=version,
+            description=description,
+            grants=[grant.grant for grant in granted.grants],
+        )
+        dataset = PublishedDataset.model_validate(
+            gateway.request("POST", "/v1/datasets", json=commit.model_dump())
+        )
     emit(
         "dataset publish",
-        {**dataset.model_dump(), "created": created},
+        dataset,
         as_json,
         lambda: console.print(
-            f"{'published' if created else 'already published (identical content)'} "
+            f"{'published' if dataset.created else 'already published (identical content)'} "
             f"{dataset.ref}: {dataset.task_count} tasks, {dataset.digest}"
         ),
     )
@@ -83,30 +111,28 @@ def show(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """The tasks of a dataset version, in order, with their digests."""
-    engine = control_engine(ctx.obj)
-    with user_errors(DatasetError):
-        dataset = get_dataset(engine, ref)
-    tasks = read_page(engine, dataset, 0, dataset.task_count)
+    with user_errors():
+        dataset = DatasetWithTasks.model_validate(
+            GatewayClient(ctx.obj).request("GET", f"/v1/datasets/{quote(ref, safe='/@')}")
+        )
 
     def render() -> None:
         console.print(f"[bold]{dataset.ref}[/] {dataset.digest} ({dataset.task_count} tasks)")
         table = folding_table("#", "task", "digest")
-        for task in tasks:
+        for task in dataset.tasks:
             table.add_row(str(task.position), task.name, task.digest)
         console.print(table)
 
-    emit(
-        "dataset show",
-        {**dataset.model_dump(), "tasks": tasks},
-        as_json,
-        render,
-    )
+    emit("dataset show", dataset, as_json, render)
 
 
 @dataset_app.command("list")
 def list_(ctx: typer.Context, as_json: bool = JSON_OPTION) -> None:
     """Every published dataset version."""
-    versions = list_datasets(control_engine(ctx.obj))
+    with user_errors():
+        versions = TypeAdapter(list[DatasetVersion]).validate_python(
+            GatewayClient(ctx.obj).request("GET", "/v1/datasets")
+        )
 
     def render() -> None:
         table = folding_table("dataset", "tasks", "digest", "published")

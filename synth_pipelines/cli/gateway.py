@@ -24,6 +24,7 @@ def serve(
     else over HTTP on SYNTH_GATEWAY_URL's loopback address."""
     from gateway.server import listen_address, tls_files
     from gateway.server import serve as run
+    from synth_pipelines.control.database import control_engine, create_tables
 
     config: Settings = ctx.obj
     try:
@@ -32,4 +33,7 @@ def serve(
             tls_files(config, host)
     except ValueError as error:
         fail(str(error))
+    # Opened here, before serving: a database that refuses these credentials is one line
+    # at start, not a failure on every operator's request.
+    create_tables(control_engine(config))
     run(config, listen)

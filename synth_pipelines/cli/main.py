@@ -69,11 +69,15 @@ COMMANDS = {
     ),
     "admin": CommandSource(
         "synth_pipelines.cli.admin:admin_app",
-        "Administer the deployment: operators' API keys.",
+        "Administer the deployment: operators' API keys, organizations' limits.",
     ),
     "gateway": CommandSource(
         "synth_pipelines.cli.gateway:gateway_app",
         "The gateway operators reach the platform through.",
+    ),
+    "ui": CommandSource(
+        "synth_pipelines.cli.ui:ui",
+        "Print a one-time link that signs a browser in to the Dagster UI (admins' keys).",
     ),
     "pool": CommandSource(
         "synth_pipelines.cli.pools:pool_app",

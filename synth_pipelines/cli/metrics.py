@@ -7,16 +7,11 @@ import sys
 
 import typer
 
-from synth_pipelines.cli.batch_learning import (
-    SERIES_FIELDS,
-    batch_series,
-    reward_trend,
-    series_table,
-)
-from synth_pipelines.cli.output import JSON_OPTION, console, emit, fail
+from synth_pipelines.cli.batch_learning import reward_trend, series_table
+from synth_pipelines.cli.gateway_client import GatewayClient
+from synth_pipelines.cli.output import JSON_OPTION, console, emit, fail, user_errors
 from synth_pipelines.cli.runs import my_run, run_app
-from synth_pipelines.config import Settings
-from synth_pipelines.control.database import control_engine
+from synth_pipelines.runtime.run_reports import SERIES_FIELDS
 
 
 @run_app.command("metrics")
@@ -33,10 +28,11 @@ def metrics(
     applied and the sampler/trainer KL (null for a run that does not train)."""
     if as_csv and as_json:
         fail("give at most one of --json and --csv")
-    config: Settings = ctx.obj
-    engine = control_engine(config)
-    run = my_run(engine, run_id, config.owner)
-    series = batch_series(engine, run.run_id)
+    client = GatewayClient(ctx.obj)
+    run_id = my_run(client, run_id).run_id
+    with user_errors():
+        document = client.request("GET", f"/v1/runs/{run_id}/metrics")
+    series = document["batches"]
     if as_csv:
         writer = csv.DictWriter(sys.stdout, fieldnames=SERIES_FIELDS, lineterminator="\n")
         writer.writeheader()
@@ -49,9 +45,4 @@ def metrics(
         if trend is not None:
             console.print(trend, highlight=False)
 
-    emit(
-        "run metrics",
-        {"run_id": run.run_id, "kind": run.kind, "status": run.status, "batches": series},
-        as_json,
-        render,
-    )
+    emit("run metrics", document, as_json, render)

@@ -12,18 +12,6 @@ from synth_pipelines.rendering.model_names import DEFAULT_MAX_LOADED, QWEN3_TINY
 
 model_app = typer.Typer(name="model", no_args_is_help=True)
 
-SERVED_MODEL_FIELDS = {
-    "id",
-    "display_name",
-    "family",
-    "max_input_tokens",
-    "max_tokens",
-    "route",
-    "base_model",
-    "trainable",
-}
-"""The fields of a `GET /v1/models` entry that `synth model list` shows."""
-
 
 @model_app.callback()
 def model() -> None:
@@ -175,12 +163,10 @@ def teach(
 def list_models(ctx: typer.Context, as_json: bool = JSON_OPTION) -> None:
     """The models the capture proxy serves (the built-in ones and `SYNTH_MODEL_REGISTRY`'s):
     family, context and output limits, route, and whether the platform can train them."""
-    from synth_pipelines.rendering.model_registry import served_registry
+    from synth_pipelines.cli.gateway_client import GatewayClient
 
-    config: Settings = ctx.obj
-    with user_errors(ValueError):
-        registry = served_registry(config.teacher_service_url, config.model_registry)
-    data = [info.model_dump(include=SERVED_MODEL_FIELDS) for info in registry.model_list().data]
+    with user_errors():
+        data = GatewayClient(ctx.obj).request("GET", "/v1/models")
 
     def table() -> None:
         from rich.table import Table

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -91,9 +90,9 @@ def emit(command: str, data: Any, as_json: bool, render: Callable[[], None]) -> 
 def document_text(command: str, data: Any) -> str:
     """The command's documented JSON document, checked against its schema, as printed."""
     # Every document model is built when this module is imported: only JSON output pays.
-    from synth_pipelines.contracts.documents import validated
+    from synth_pipelines.contracts.documents import printed
 
-    return json.dumps(validated(command, data), indent=2, sort_keys=True) + "\n"
+    return printed(command, data)
 
 
 def _write_document(command: str, data: Any) -> None:

@@ -1,21 +1,19 @@
-"""`synth profile publish|show|list`."""
+"""`synth profile publish|show|list`, through the gateway."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import quote
 
 import typer
+from pydantic import TypeAdapter
 from rich.table import Table
 
+from synth_pipelines.cli.gateway_client import GatewayClient
 from synth_pipelines.cli.output import JSON_OPTION, console, emit, user_errors
 from synth_pipelines.config import Settings
-from synth_pipelines.control.database import control_engine
-from synth_pipelines.registry.profiles import (
-    ProfileError,
-    get_profile,
-    list_profiles,
-)
-from synth_pipelines.submission.profiles import publish_profile
+from synth_pipelines.contracts.documents import PublishedProfileDocument
+from synth_pipelines.contracts.published_profile import PublishedProfile
 from synth_pipelines.submission.run_requests import read_json_argument
 
 profile_app = typer.Typer(
@@ -31,15 +29,17 @@ def publish(
 ) -> None:
     """Store an immutable profile version (republishing different bytes is refused)."""
     config: Settings = ctx.obj
-    with user_errors(ProfileError):
+    with user_errors():
         document = read_json_argument(f"@{path}", "profile")
-        published, created = publish_profile(control_engine(config), document, config.owner)
+        published = PublishedProfileDocument.model_validate(
+            GatewayClient(config).request("POST", "/v1/profiles", json=document)
+        )
     emit(
         "profile publish",
-        {**published.model_dump(), "created": created},
+        published,
         as_json,
         lambda: console.print(
-            f"{'published' if created else 'already published (identical bytes)'} "
+            f"{'published' if published.created else 'already published (identical bytes)'} "
             f"{published.ref} {published.digest}"
         ),
     )
@@ -52,8 +52,10 @@ def show(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """The canonical bytes of a profile version and their digest."""
-    with user_errors(ProfileError):
-        published = get_profile(control_engine(ctx.obj), ref)
+    with user_errors():
+        published = PublishedProfile.model_validate(
+            GatewayClient(ctx.obj).request("GET", f"/v1/profiles/{quote(ref, safe='/@')}")
+        )
 
     def render() -> None:
         console.print(
@@ -67,7 +69,10 @@ def show(
 @profile_app.command("list")
 def list_(ctx: typer.Context, as_json: bool = JSON_OPTION) -> None:
     """Every published profile version."""
-    published = list_profiles(control_engine(ctx.obj))
+    with user_errors():
+        published = TypeAdapter(list[PublishedProfile]).validate_python(
+            GatewayClient(ctx.obj).request("GET", "/v1/profiles")
+        )
 
     def render() -> None:
         table = Table("profile", "engine", "role", "digest", "published")

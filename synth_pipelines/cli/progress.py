@@ -1,32 +1,20 @@
-"""Live progress of a long command: a run's (or a regrade's) counts, read from the control
-database, or a dataset's tasks as they are published, shown as a bar on stderr, or with
+"""Live progress of a long command: a run's (or a regrade's) counts as the gateway reports
+them, or a dataset's tasks as they are published, shown as a bar on stderr, or with
 `--json` as JSON lines on stderr so that stdout keeps only the command's documented document.
-
-Counts come from the run's events, read after a cursor, so each poll reads only what
-happened since the last one: `batch.started`/`batch.completed` (batches),
-`attempt.finished` (attempts and passes), `update.acknowledged`/`batch.no_signal` (the last
-batch's reward mean and whether its optimizer step was applied) and `warm_start.step` (a
-warm start's supervised steps). A regrade counts its `regrade.batch_assessed` events
-against the attempts its run's batches recorded."""
+"""
 
 from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from synth_pipelines.control.events import read_events
-
 if TYPE_CHECKING:
-    from sqlalchemy import Engine
-
-    from synth_pipelines.contracts.regrade import Regrade
-    from synth_pipelines.contracts.run_record import RunRecord
     from synth_pipelines.registry.datasets import PublishPhase
 
 ProgressMode = Literal["bar", "json", "off"]
@@ -97,107 +85,6 @@ class PublishProgress:
 
     def bar(self) -> tuple[str, int, int]:
         return f"{self.dataset} · tasks {self.phase}", self.done, self.total
-
-
-def _attempts_total(run: RunRecord) -> int:
-    spec = run.spec
-    if run.kind == "warm_start":
-        return 0
-    if run.kind == "train":
-        return run.batch_count * spec.tasks_per_batch * spec.attempts_per_task
-    return spec.task_limit * spec.attempts_per_task
-
-
-@dataclass
-class RunCounter:
-    """Keeps a run's counts current by reading only the events after its cursor."""
-
-    engine: Engine
-    run: RunRecord
-    cursor: int = 0
-    progress: RunProgress = field(init=False)
-
-    def __post_init__(self) -> None:
-        run = self.run
-        self.progress = RunProgress(
-            run_id=run.run_id,
-            kind=run.kind,
-            status=run.status,
-            batches_done=0,
-            batches_total=run.batch_count,
-            attempts_total=_attempts_total(run),
-        )
-        plan = run.spec.plan
-        if plan.kind == "warm_start":
-            self.progress.steps_done, self.progress.steps_total = 0, plan.steps
-
-    def poll(self, run: RunRecord) -> RunProgress:
-        """The counts after every event recorded so far, with the run's current status."""
-        while events := read_events(self.engine, run_id=run.run_id, after=self.cursor):
-            for event in events:
-                self.cursor = event.seq
-                self._count(event.kind, event.data)
-        self.progress.status = run.status
-        return self.progress
-
-    def _count(self, kind: str, data: dict[str, Any]) -> None:
-        from synth_pipelines.cli.batch_learning import event_reward
-        from synth_pipelines.contracts.assessment import passed
-
-        counts = self.progress
-        if kind == "batch.completed":
-            counts.batches_done += 1
-        elif kind == "attempt.finished":
-            counts.attempts_done += 1
-            reward = event_reward(data.get("rewards"))
-            counts.passed += passed(reward)
-        elif kind == "update.acknowledged":
-            counts.reward_mean = data.get("reward_mean")
-            counts.step_applied = bool(data.get("optimizer_step"))
-        elif kind == "batch.no_signal":
-            counts.step_applied = False
-        elif kind == "warm_start.step":
-            counts.steps_done = data["step"]
-
-
-@dataclass
-class RegradeCounter:
-    """A regrade's counts: its assessed batches and their assessments, read after a cursor,
-    against every attempt its run's batches recorded. A batch assessed again (a retried
-    partition) replaces its earlier count."""
-
-    engine: Engine
-    regrade: Regrade
-    cursor: int = 0
-    assessed: dict[str, dict[str, Any]] = field(default_factory=dict)
-    attempts_total: int = field(init=False)
-
-    def __post_init__(self) -> None:
-        from synth_pipelines.control.batch_results import read_batch_results
-
-        # A regrade starts once every batch's trials are stored: their tally is final.
-        tallies = read_batch_results(self.engine, self.regrade.run_id).values()
-        self.attempts_total = sum(tally.outcomes.attempts for tally in tallies)
-
-    def poll(self, status: str) -> RunProgress:
-        """The counts after every assessed batch recorded so far, with the backfill's status."""
-        kinds = ("regrade.batch_assessed",)
-        run_id = self.regrade.run_id
-        while events := read_events(self.engine, run_id=run_id, after=self.cursor, kinds=kinds):
-            for event in events:
-                self.cursor = event.seq
-                if event.data.get("regrade_id") == self.regrade.regrade_id:
-                    self.assessed[event.data["batch"]] = event.data
-        return RunProgress(
-            run_id=run_id,
-            kind="regrade",
-            status=status,
-            batches_done=len(self.assessed),
-            batches_total=self.regrade.batches,
-            attempts_done=sum(data["attempts"] for data in self.assessed.values()),
-            attempts_total=self.attempts_total,
-            passed=sum(data["passed"] for data in self.assessed.values()),
-        )
 
 
 def _description(counts: RunProgress) -> str:

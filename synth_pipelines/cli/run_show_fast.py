@@ -1,28 +1,28 @@
-"""`synth run show RUN --json` answered at start-up, when nothing it reads has changed.
+"""`synth run show RUN --json` answered at start-up, with the standard library only.
 
-The full command needs typer, pydantic and SQLAlchemy, whose imports alone take longer
-than a researcher polling a run should wait. Every full `run show --json` keeps its
-document with the fingerprint of what it read (`control/run_documents.py`); here, with
-the standard library only, the same fingerprint is computed again and, if it matches,
-the kept document is printed as it is. Anything else (another command, a run id prefix,
-a run of another owner, a configuration this path does not read the way the settings
-do, a document that is missing or stale) goes to the full command.
+The full command needs typer, pydantic and httpx, whose imports alone take longer than a
+researcher polling a run should wait. The gateway answers a run's results as the document
+`run show --json` prints (`GET /v1/runs/{run}/results`), so here the request is made with
+`urllib` and the answer printed as it came. Anything else (another command, a gateway that
+refuses or cannot be reached, TLS checked against the system's authorities, settings this
+path does not read the way the settings do) goes to the full command, which says what is
+wrong.
 """
 
 from __future__ import annotations
 
+import json
 import os
-import sqlite3
 import sys
 from pathlib import Path
-from typing import Any
+from urllib.parse import quote
 
 from synth_pipelines import state_locations
-from synth_pipelines.control.run_document_fingerprint import run_document_fingerprint
 
 EXIT_RUN_FAILED = 1
 STOPPED = ("failed", "interrupted")
 PREFIX = "SYNTH_"
+TIMEOUT_SEC = 30
 
 
 def requested_run(argv: list[str]) -> str | None:
@@ -48,61 +48,55 @@ def _plainly_configured() -> bool:
     )
 
 
-def _connect(database_url: str) -> tuple[Any, str] | None:
-    if database_url.startswith("sqlite:///"):
-        path = Path(database_url.removeprefix("sqlite:///"))
-        if not path.is_file():
-            return None
-        return sqlite3.connect(f"file:{path}?mode=ro", uri=True), "?"
-    for scheme in ("postgresql+psycopg2://", "postgresql://"):
-        if database_url.startswith(scheme):
-            import psycopg2
-
-            dsn = "postgresql://" + database_url.removeprefix(scheme)
-            return psycopg2.connect(dsn), "%s"
-    return None
-
-
-def kept_document(run_id: str) -> tuple[str, str] | None:
-    """The kept document and the run's status, if the document is current."""
-    if not _plainly_configured():
-        return None
+def _api_key() -> str | None:
+    if (key := _setting("API_KEY")) is not None:
+        return key
     project_root = Path(root) if (root := _setting("PROJECT_ROOT")) else None
     data_dir = Path(data) if (data := _setting("DATA_DIR")) else None
     state = state_locations.state_dir(data_dir, project_root or state_locations.find_project_root())
-    connected = _connect(state_locations.control_database_url(_setting("DATABASE_URL"), state))
-    if connected is None:
-        return None
-    connection, marker = connected
     try:
-        cursor = connection.cursor()
-        cursor.execute(
-            f"SELECT r.owner, r.status, d.fingerprint, d.document FROM runs r "
-            f"JOIN run_documents d ON d.run_id = r.run_id WHERE r.run_id = {marker}",
-            (run_id,),
-        )
-        row = cursor.fetchone()
-        if row is None or row[0] != (_setting("OWNER") or "local"):
-            return None
-        objects_url = state_locations.objects_url(_setting("OBJECT_STORE_URL"), state)
-        if run_document_fingerprint(cursor, marker, run_id, objects_url) != row[2]:
-            return None
-        return row[3], row[1]
-    except Exception:
-        # A database this path cannot read (not created yet, an older schema, a server
-        # that refuses): the full command reads it and reports what is wrong.
+        return state_locations.operator_key_path(state).read_text().strip() or None
+    except OSError:
         return None
-    finally:
-        connection.close()
+
+
+def results_document(run_id: str) -> str | None:
+    """The gateway's `run show` document of the run, or None for the full command."""
+    if not _plainly_configured():
+        return None
+    url = (_setting("GATEWAY_URL") or state_locations.DEFAULT_GATEWAY_URL).rstrip("/")
+    key = _api_key()
+    if key is None:
+        return None
+    context = None
+    if url.startswith("https:"):
+        authority = _setting("GATEWAY_CA")
+        if authority is None:
+            return None
+        import ssl
+
+        context = ssl.create_default_context(cafile=authority)
+    from urllib.request import Request, urlopen
+
+    request = Request(
+        f"{url}/v1/runs/{quote(run_id, safe='')}/results",
+        headers={"authorization": f"Bearer {key}"},
+    )
+    try:
+        with urlopen(request, timeout=TIMEOUT_SEC, context=context) as response:
+            text: str = response.read().decode()
+            return text
+    except (OSError, ValueError):
+        # Refused, unreachable or malformed: the full command asks again and says why.
+        return None
 
 
 def answered(argv: list[str]) -> int | None:
-    """The exit code after printing the kept document, or None for the full command."""
+    """The exit code after printing the run's document, or None for the full command."""
     run_id = requested_run(argv)
-    found = kept_document(run_id) if run_id is not None else None
-    if found is None:
+    document = results_document(run_id) if run_id is not None else None
+    if document is None:
         return None
-    document, status = found
     sys.stdout.write(document)
     sys.stdout.flush()
-    return EXIT_RUN_FAILED if status in STOPPED else 0
+    return EXIT_RUN_FAILED if json.loads(document).get("status") in STOPPED else 0

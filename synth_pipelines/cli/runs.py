@@ -5,17 +5,19 @@ from __future__ import annotations
 import json
 import sys
 import time
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import typer
 from rich.table import Table
 
+from synth_pipelines.cli.gateway_client import GatewayClient
 from synth_pipelines.cli.output import (
     EXIT_RUN_FAILED,
     JSON_LINES_OPTION,
     JSON_OPTION,
     console,
-    document_text,
     emit,
     errors,
     fail,
@@ -23,31 +25,14 @@ from synth_pipelines.cli.output import (
     inert,
     user_errors,
 )
-from synth_pipelines.cli.progress import WAIT_HELP, ProgressDisplay, RunCounter
+from synth_pipelines.cli.progress import WAIT_HELP, ProgressDisplay, RunProgress
 from synth_pipelines.config import Settings
-from synth_pipelines.contracts.documents import RunSummary, dagster_runs_url
+from synth_pipelines.contracts.documents import RunSummary
 from synth_pipelines.contracts.run_event import RunEvent
-from synth_pipelines.contracts.run_record import RunRecord
-from synth_pipelines.control.database import control_engine
-from synth_pipelines.control.events import read_events
-from synth_pipelines.control.ownership import NotOwnerError, owned_run
-from synth_pipelines.control.run_document_fingerprint import STOP_EVENTS
-from synth_pipelines.control.runs import (
-    KINDS,
-    STATUSES,
-    AmbiguousRunIdError,
-    IdempotencyConflictError,
-    RunNotFoundError,
-    get_run,
-    list_runs,
-    resolve_run_id,
-)
-from synth_pipelines.storage.objectstore import configured_object_store
+from synth_pipelines.contracts.run_record import TERMINAL
+from synth_pipelines.control.runs import KINDS, STATUSES
 
 if TYPE_CHECKING:
-    from sqlalchemy import Engine
-
-    from synth_pipelines.runtime.results import RunResults
     from synth_pipelines.submission.run_requests import Submission
 
 DEFAULT_MAX_PLATFORM_ERRORS = 0.02
@@ -93,6 +78,43 @@ def start(
     )
 
 
+def profile_argument(value: str, what: str) -> str | dict[str, Any]:
+    """A published `org/name@version` as it is, else the profile's document, read here
+    (the gateway never reads a file the client names) and checked before it is sent."""
+    from synth_pipelines.submission.run_requests import pinned_document, read_json_argument
+
+    if not value.startswith("@") and not value.lstrip().startswith("{"):
+        return value
+    with user_errors():
+        document = read_json_argument(value, what)
+        pinned_document(document, what, value)
+    return document
+
+
+def submission_body(submission: Submission, idempotency_key: str | None) -> dict[str, Any]:
+    """The `POST /v1/runs` body: the plan and profiles as documents, read and checked here."""
+    from synth_pipelines.submission.run_requests import read_json_argument, read_plan
+
+    with user_errors():
+        plan = read_plan(submission.plan)
+    if submission.kinds and plan.kind not in submission.kinds:
+        fail(
+            f"plan {submission.plan} is a {plan.kind!r} plan; this command takes "
+            + " or ".join(repr(kind) for kind in submission.kinds)
+            + " plans"
+        )
+    judge = submission.judge
+    return {
+        "dataset": submission.dataset,
+        "actor": profile_argument(submission.actor, "actor profile"),
+        "plan": read_json_argument(submission.plan, "plan"),  # read and checked above
+        "judge": None if judge is None else profile_argument(judge, "judge profile"),
+        "model": submission.model,
+        "idempotency_key": idempotency_key,
+        "kinds": list(submission.kinds),
+    }
+
+
 def start_run(
     config: Settings,
     submission: Submission,
@@ -101,59 +123,52 @@ def start_run(
     wait: bool,
     as_json: bool,
 ) -> None:
-    from synth_pipelines.registry.datasets import DatasetError
-    from synth_pipelines.runtime.served_models import ModelNotServedError, served_models
-    from synth_pipelines.submission.run_requests import submit_run
-
-    engine = control_engine(config)
-    with user_errors(DatasetError, IdempotencyConflictError, ModelNotServedError):
-        run, created = submit_run(
-            engine,
-            submission,
-            config.owner,
-            idempotency_key,
-            models=served_models(config),
+    client = GatewayClient(config)
+    with user_errors():
+        accepted = client.request(
+            "POST", "/v1/runs", json=submission_body(submission, idempotency_key)
         )
+    run_id = accepted["run_id"]
     if wait:
-        finish_waiting(config, wait_for_run(engine, run.run_id, as_json), as_json)
+        finish_waiting(client, wait_for_run(client, run_id, as_json), as_json)
         return
     emit(
         "run start",
-        {**RunSummary.of(run, config.dagster_url).model_dump(), "created": created},
+        accepted,
         as_json,
         lambda: console.print(
-            f"{'accepted' if created else 'already accepted'} run [bold]{run.run_id}[/] "
-            f"({run.status}); follow it with `synth run events {run.run_id} --follow`"
+            f"{'accepted' if accepted['created'] else 'already accepted'} run [bold]{run_id}[/] "
+            f"({accepted['status']}); follow it with `synth run events {run_id} --follow`"
         ),
     )
 
 
-def my_run(engine: Engine, run_id: str, owner: str) -> RunRecord:
-    """The run named by its whole id or a unique prefix of it, if the operator
-    (`SYNTH_OWNER`, `owner`) owns it; otherwise a one-line refusal."""
-    with user_errors(RunNotFoundError, AmbiguousRunIdError, NotOwnerError):
-        return owned_run(engine, resolve_run_id(engine, run_id, owner), owner)
+def my_run(client: GatewayClient, run_id: str) -> RunSummary:
+    """The run named by its whole id or a unique prefix of it, if the key's owner owns
+    it; otherwise the gateway's one-line refusal."""
+    with user_errors():
+        return RunSummary.model_validate(client.request("GET", f"/v1/runs/{quote(run_id)}"))
 
 
-def follow_run(engine: Engine, run_id: str, *, as_json: bool, poll_sec: float = 1.0) -> RunRecord:
+def follow_run(
+    client: GatewayClient, run_id: str, *, as_json: bool, poll_sec: float = 1.0
+) -> RunSummary:
     """Wait for a run to finish (or be interrupted), showing its progress on stderr: a bar,
     or with `--json` a JSON line per change."""
-    run = get_run(engine, run_id)
-    counter = RunCounter(engine, run)
-    with ProgressDisplay("json" if as_json else "bar", errors) as display:
+    with ProgressDisplay("json" if as_json else "bar", errors) as display, user_errors():
         while True:
-            run = get_run(engine, run_id)
-            display.show(counter.poll(run))
-            if run.finished or run.status == "interrupted":
-                return run
+            counts = client.request("GET", f"/v1/runs/{run_id}/progress")
+            display.show(RunProgress(**counts))
+            if counts["status"] in (*TERMINAL, "interrupted"):
+                return my_run(client, run_id)
             time.sleep(poll_sec)
 
 
-def wait_for_run(engine: Engine, run_id: str, as_json: bool) -> RunRecord:
+def wait_for_run(client: GatewayClient, run_id: str, as_json: bool) -> RunSummary:
     """`follow_run`, where Ctrl-C stops the waiting and never the run: one line says how
     to wait again, and the command exits 130."""
     try:
-        return follow_run(engine, run_id, as_json=as_json)
+        return follow_run(client, run_id, as_json=as_json)
     except KeyboardInterrupt:
         errors.print(
             f"stopped waiting; run {run_id} goes on: wait again with `synth run wait {run_id}`",
@@ -163,9 +178,9 @@ def wait_for_run(engine: Engine, run_id: str, as_json: bool) -> RunRecord:
         raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
-def finish_waiting(config: Settings, run: RunRecord, as_json: bool) -> None:
+def finish_waiting(client: GatewayClient, run: RunSummary, as_json: bool) -> None:
     """The finished run's results, and exit 1 unless it succeeded."""
-    show_results(config, run, as_json)
+    show_results(client, run, as_json)
     if run.status != "succeeded":
         if run.status == "interrupted":
             errors.print(
@@ -182,30 +197,18 @@ def wait_command(
     """Follow a run already started until it finishes, with the progress of `run start
     --wait` on stderr (JSON lines with `--json`), then print what `run show` prints.
     Ctrl-C stops the waiting, not the run."""
-    config: Settings = ctx.obj
-    engine = control_engine(config)
-    run = my_run(engine, run_id, config.owner)
-    finish_waiting(config, wait_for_run(engine, run.run_id, as_json), as_json)
+    client = GatewayClient(ctx.obj)
+    run = my_run(client, run_id)
+    finish_waiting(client, wait_for_run(client, run.run_id, as_json), as_json)
 
 
-def _results_table(results: RunResults) -> Table:
+def _results_table(tasks: list[dict[str, Any]]) -> Table:
     table = Table("task", "attempts", "rewards", "pass rate")
-    for task in results.tasks:
-        rewards = ", ".join("-" if r is None else f"{r:g}" for r in task.rewards)
-        rate = "-" if task.pass_rate is None else f"{task.pass_rate:.0%}"
-        table.add_row(inert(task.task_name), str(task.attempts), rewards, rate)
+    for task in tasks:
+        rewards = ", ".join("-" if r is None else f"{r:g}" for r in task["rewards"])
+        rate = "-" if task["pass_rate"] is None else f"{task['pass_rate']:.0%}"
+        table.add_row(inert(task["task"]), str(task["attempts"]), rewards, rate)
     return table
-
-
-def stop_cause(engine: Engine, run: RunRecord) -> dict[str, Any] | None:
-    """What stopped an interrupted or failed run: its last stop event's data."""
-    if run.status not in ("interrupted", "failed"):
-        return None
-    stops = read_events(engine, run_id=run.run_id, kinds=STOP_EVENTS, limit=100_000)
-    if not stops:
-        return None
-    data = stops[-1].data
-    return {"event": stops[-1].kind, "batch": data.get("batch"), "cause": data.get("cause")}
 
 
 def describe_stop(stop: dict[str, Any]) -> str:
@@ -217,92 +220,71 @@ def describe_stop(stop: dict[str, Any]) -> str:
     return f"{stop['event']}{where}: {cause['error_type']}: {cause['message']}{attempt}"
 
 
-def show_results(config: Settings, run: RunRecord, as_json: bool) -> None:
+def results(client: GatewayClient, run_id: str) -> tuple[str, dict[str, Any]]:
+    """The `run show` document as the gateway printed it, and parsed."""
+    with user_errors():
+        text = client.text("GET", f"/v1/runs/{run_id}/results")
+    return text, json.loads(text)
+
+
+def show_results(client: GatewayClient, run: RunSummary, as_json: bool) -> None:
     from synth_pipelines.cli.batch_learning import (
-        batch_series,
-        learning_rows,
         learning_tables,
-        learning_warnings,
         reward_trend,
         series_table,
     )
-    from synth_pipelines.control.run_documents import current_fingerprint, store_run_document
-    from synth_pipelines.runtime.results import collect_results
+    from synth_pipelines.contracts.policy_update import BatchLearningRow
 
-    store = configured_object_store(config)
-    engine = control_engine(config)
-    kept = None
+    text, shown = results(client, run.run_id)
     if as_json:
-        # Fingerprint first, then read: a change made while this reads leaves the kept
-        # document marked older than what it holds, so it is built again, never served stale.
-        kept = current_fingerprint(engine, run.run_id, config.objects_url)
-        run = get_run(engine, run.run_id)
-    results = collect_results(engine, store, run)
-    summary = results.summary
-    stop = stop_cause(engine, run)
-    learning = learning_rows(engine, run.run_id) if run.kind == "train" else []
-    warnings = learning_warnings(learning)
-    series = batch_series(engine, run.run_id) if run.kind == "train" else []
-
-    def render() -> None:
-        console.print(
-            f"run [bold]{run.run_id}[/] {run.status}: {run.kind} of {run.spec.dataset.ref} "
-            f"with {run.spec.actor.name}@{run.spec.actor.version} "
-            f"({results.batches_done}/{run.batch_count} batches)"
-        )
-        if stop is not None:
-            errors.print(inert(describe_stop(stop)), highlight=False, soft_wrap=True)
-        if series:
-            console.print(series_table(series))
-            trend = reward_trend(series)
-            if trend is not None:
-                console.print(trend, highlight=False)
-        console.print(_results_table(results))
-        rate = "-" if summary.pass_rate is None else f"{summary.pass_rate:.1%}"
-        console.print(
-            f"attempts {summary.attempts}, assessed {summary.assessed}, passed {summary.passed}, "
-            f"pass rate {rate}; not assessed: {summary.platform_errors} platform error(s), "
-            f"{summary.task_errors} task error(s)"
-        )
-        for reason, count in summary.error_reasons.items():
-            console.print(f"  {count} x {inert(reason)}", highlight=False, soft_wrap=True)
-        if summary.platform_errors:
-            errors.print(
-                f"warning: {summary.platform_errors} of {summary.attempts} attempts failed on the "
-                "platform and are not counted in pass@1 or mean reward",
-                soft_wrap=True,
-            )
-        for table in learning_tables(learning):
-            console.print(table)
-        for row in learning:
-            dropped = ", ".join(f"{n} {why}" for why, n in row.groups_dropped.items())
-            console.print(
-                f"  batch {row.batch_index} sampled from {row.sampler}"
-                + (f"; groups dropped: {dropped}" if dropped else ""),
-                highlight=False,
-                soft_wrap=True,
-            )
-        for warning in warnings:
-            errors.print(f"warning: {warning}", soft_wrap=True, highlight=False)
-        console.print(f"trial records: {store.uri(f'runs/{run.run_id}/trials')}")
-        console.print(f"Dagster UI: {dagster_runs_url(config.dagster_url, run.run_id)}")
-
-    data = {
-        **RunSummary.of(run, config.dagster_url).model_dump(),
-        "summary": summary.as_dict(),
-        "stopped_by": stop,
-        "batches_done": results.batches_done,
-        "learning": learning,
-        "learning_warnings": warnings,
-        "tasks": [task.as_dict() for task in results.tasks],
-        "trial_records": store.uri(f"runs/{run.run_id}/trials"),
-    }
-    if kept is None:
-        render()
+        sys.stdout.write(text)
         return
-    text = document_text("run show", data)
-    sys.stdout.write(text)
-    store_run_document(engine, run.run_id, kept, text)
+    summary = shown["summary"]
+    learning = [BatchLearningRow.model_validate(row) for row in shown["learning"]]
+    series = []
+    if shown["kind"] == "train":
+        with user_errors():
+            series = client.request("GET", f"/v1/runs/{run.run_id}/metrics")["batches"]
+    console.print(
+        f"run [bold]{shown['run_id']}[/] {shown['status']}: {shown['kind']} of {shown['dataset']} "
+        f"with {shown['actor']} ({shown['batches_done']}/{shown['batches']} batches)"
+    )
+    if shown["stopped_by"] is not None:
+        errors.print(inert(describe_stop(shown["stopped_by"])), highlight=False, soft_wrap=True)
+    if series:
+        console.print(series_table(series))
+        trend = reward_trend(series)
+        if trend is not None:
+            console.print(trend, highlight=False)
+    console.print(_results_table(shown["tasks"]))
+    rate = "-" if summary["pass_rate"] is None else f"{summary['pass_rate']:.1%}"
+    console.print(
+        f"attempts {summary['attempts']}, assessed {summary['assessed']}, passed "
+        f"{summary['passed']}, pass rate {rate}; not assessed: {summary['platform_errors']} "
+        f"platform error(s), {summary['task_errors']} task error(s)"
+    )
+    for reason, count in summary["error_reasons"].items():
+        console.print(f"  {count} x {inert(reason)}", highlight=False, soft_wrap=True)
+    if summary["platform_errors"]:
+        errors.print(
+            f"warning: {summary['platform_errors']} of {summary['attempts']} attempts failed on "
+            "the platform and are not counted in pass@1 or mean reward",
+            soft_wrap=True,
+        )
+    for table in learning_tables(learning):
+        console.print(table)
+    for row in learning:
+        dropped = ", ".join(f"{n} {why}" for why, n in row.groups_dropped.items())
+        console.print(
+            f"  batch {row.batch_index} sampled from {row.sampler}"
+            + (f"; groups dropped: {dropped}" if dropped else ""),
+            highlight=False,
+            soft_wrap=True,
+        )
+    for warning in shown["learning_warnings"]:
+        errors.print(f"warning: {warning}", soft_wrap=True, highlight=False)
+    console.print(f"trial records: {shown['trial_records']}")
+    console.print(f"Dagster UI: {shown['dagster_url']}")
 
 
 @run_app.command("show")
@@ -315,87 +297,53 @@ def show(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Status, per-task attempts and rewards, pass rate, and where the work is."""
-    config: Settings = ctx.obj
-    run = my_run(control_engine(config), run_id, config.owner)
+    client = GatewayClient(ctx.obj)
+    run = my_run(client, run_id)
     if assessments:
-        show_assessments(config, run, as_json)
+        show_assessments(client, run, as_json)
     else:
-        show_results(config, run, as_json)
+        show_results(client, run, as_json)
     if run.status in ("failed", "interrupted"):
         raise typer.Exit(EXIT_RUN_FAILED)
 
 
-def show_assessments(config: Settings, run: RunRecord, as_json: bool) -> None:
-    from synth_pipelines.runtime.assessment_comparison import (
-        agreements,
-        assessment_sets,
-        verdicts_by_task,
-    )
-
-    sets = assessment_sets(control_engine(config), configured_object_store(config), run)
-    pairs = agreements(sets)
-    by_task = verdicts_by_task(sets)
+def show_assessments(client: GatewayClient, run: RunSummary, as_json: bool) -> None:
+    with user_errors():
+        compared = client.request("GET", f"/v1/runs/{run.run_id}/assessments")
+    sets, pairs, by_task = compared["assessment_sets"], compared["agreements"], compared["tasks"]
 
     def render() -> None:
         table = Table("assessor", "assessed", "pass rate")
         for group in sets:
-            rate = group.pass_rate()
+            rate = group["pass_rate"]
             table.add_row(
-                inert(group.label), str(len(group.verdicts)), "-" if rate is None else f"{rate:.0%}"
+                inert(group["label"]),
+                str(group["assessed"]),
+                "-" if rate is None else f"{rate:.0%}",
             )
         console.print(table)
         for pair in pairs:
-            agreement = "-" if pair.rate is None else f"{pair.rate:.0%}"
+            agreement = "-" if pair["rate"] is None else f"{pair['rate']:.0%}"
+            differing = pair["differing_tasks"]
             console.print(
-                f"agreement {agreement} ({pair.agreeing}/{pair.compared}) between "
-                f"{inert(pair.first)} and {inert(pair.second)}"
-                + (
-                    f"; they differ on {inert(', '.join(pair.differing_tasks))}"
-                    if pair.differing_tasks
-                    else ""
-                )
+                f"agreement {agreement} ({pair['agreeing']}/{pair['compared']}) between "
+                f"{inert(pair['first'])} and {inert(pair['second'])}"
+                + (f"; they differ on {inert(', '.join(differing))}" if differing else "")
             )
-        tasks = Table("task", *(inert(group.label) for group in sets))
+        tasks = Table("task", *(inert(group["label"]) for group in sets))
         for task, verdicts in sorted(by_task.items()):
             tasks.add_row(
                 inert(task),
                 *(
-                    ", ".join("-" if r is None else f"{r:g}" for r in verdicts.get(group.label, []))
+                    ", ".join(
+                        "-" if r is None else f"{r:g}" for r in verdicts.get(group["label"], [])
+                    )
                     for group in sets
                 ),
             )
         console.print(tasks)
 
-    emit(
-        "run show --assessments",
-        {
-            "run_id": run.run_id,
-            "assessment_sets": [
-                {
-                    "label": group.label,
-                    "assessor": group.assessor,
-                    "assessor_digest": group.assessor_digest,
-                    "assessed": len(group.verdicts),
-                    "pass_rate": group.pass_rate(),
-                }
-                for group in sets
-            ],
-            "agreements": [
-                {
-                    "first": pair.first,
-                    "second": pair.second,
-                    "compared": pair.compared,
-                    "agreeing": pair.agreeing,
-                    "rate": pair.rate,
-                    "differing_tasks": list(pair.differing_tasks),
-                }
-                for pair in pairs
-            ],
-            "tasks": by_task,
-        },
-        as_json,
-        render,
-    )
+    emit("run show --assessments", compared, as_json, render)
 
 
 def checked_choice(value: str | None, option: str, choices: tuple[str, ...]) -> str | None:
@@ -408,22 +356,22 @@ def checked_choice(value: str | None, option: str, choices: tuple[str, ...]) -> 
 @run_app.command("list")
 def list_(
     ctx: typer.Context,
-    limit: int = typer.Option(50, "--limit", min=1),
+    limit: int = typer.Option(50, "--limit", min=1, max=1000),
     kind: str | None = typer.Option(None, "--kind", help=f"Only runs of this kind: {KINDS}."),
     status: str | None = typer.Option(
         None, "--status", help=f"Only runs in this status: {STATUSES}."
     ),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Your recent runs (`SYNTH_OWNER`), newest first, with the model each sampled from."""
-    config: Settings = ctx.obj
-    found = list_runs(
-        control_engine(config),
-        owner=config.owner,
-        limit=limit,
-        kind=checked_choice(kind, "--kind", KINDS),
-        status=checked_choice(status, "--status", STATUSES),
-    )
+    """Your recent runs (the API key's owner's), newest first, with the model each sampled
+    from."""
+    query: dict[str, Any] = {"limit": limit}
+    if checked_choice(kind, "--kind", KINDS) is not None:
+        query["kind"] = kind
+    if checked_choice(status, "--status", STATUSES) is not None:
+        query["status"] = status
+    with user_errors():
+        found = GatewayClient(ctx.obj).request("GET", "/v1/runs", params=query)
 
     def render() -> None:
         # Two lines a run, so that at 80 columns the id stays on one line and the model
@@ -433,20 +381,16 @@ def list_(
         )
         table.columns[0].no_wrap = table.columns[1].no_wrap = True
         for run in found:
+            created = datetime.fromisoformat(run["created_at"])
             table.add_row(
-                f"{run.run_id}\n{run.created_at:%Y-%m-%d %H:%M}",
-                f"{run.status}\n{run.kind}",
-                run.spec.actor_model or "-",
-                f"{run.spec.actor.name}@{run.spec.actor.version}\n{run.spec.dataset.ref}",
+                f"{run['run_id']}\n{created:%Y-%m-%d %H:%M}",
+                f"{run['status']}\n{run['kind']}",
+                run["actor_model"] or "-",
+                f"{run['actor']}\n{run['dataset']}",
             )
         console.print(table)
 
-    emit(
-        "run list",
-        [RunSummary.of(run, config.dagster_url).model_dump() for run in found],
-        as_json,
-        render,
-    )
+    emit("run list", found, as_json, render)
 
 
 def _print_event(event: RunEvent, as_json: bool) -> None:
@@ -470,22 +414,21 @@ def events(
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the run ends."),
     as_json: bool = JSON_LINES_OPTION,
 ) -> None:
-    """Ordered run events; the seq of the last one printed is the cursor to resume from."""
-    config: Settings = ctx.obj
-    engine = control_engine(config)
-    run_id = my_run(engine, run_id, config.owner).run_id
-    cursor = after
-    while True:
-        for event in read_events(engine, run_id=run_id, after=cursor):
-            cursor = event.seq
-            _print_event(event, as_json)
-        if not follow:
+    """Ordered run events; the seq of the last one printed is the cursor to resume from.
+    `--follow` streams them (server-sent events) until the run ends."""
+    client = GatewayClient(ctx.obj)
+    run_id = my_run(client, run_id).run_id
+    with user_errors():
+        if follow:
+            for event in client.follow(f"/v1/runs/{run_id}/events", after):
+                _print_event(event, as_json)
             return
-        if get_run(engine, run_id).finished and not read_events(
-            engine, run_id=run_id, after=cursor, limit=1
-        ):
-            return
-        time.sleep(1.0)
+        cursor = after
+        while page := client.request("GET", f"/v1/runs/{run_id}/events", params={"after": cursor}):
+            for data in page:
+                event = RunEvent.model_validate(data)
+                cursor = event.seq
+                _print_event(event, as_json)
 
 
 @run_app.command("compare")
@@ -505,29 +448,26 @@ def compare(
     """pass@1 of two runs with 95% Wilson intervals, and Fisher's exact test. Attempts that
     were not assessed (platform or task errors) are excluded and counted."""
     from synth_pipelines.runtime.comparison import Proportion, fisher_exact
-    from synth_pipelines.runtime.results import collect_results
 
-    config: Settings = ctx.obj
-    engine = control_engine(config)
-    store = configured_object_store(config)
-    runs = [my_run(engine, baseline, config.owner), my_run(engine, candidate, config.owner)]
+    client = GatewayClient(ctx.obj)
     rows: list[dict[str, Any]] = []
     proportions = []
-    for run in runs:
-        summary = collect_results(engine, store, run).summary
-        proportion = Proportion(summary.passed, summary.assessed)
+    for named in (baseline, candidate):
+        shown = results(client, my_run(client, named).run_id)[1]
+        summary = shown["summary"]
+        proportion = Proportion(summary["passed"], summary["assessed"])
         proportions.append(proportion)
         rows.append(
             {
-                "run_id": run.run_id,
-                "status": run.status,
-                "dataset": run.spec.dataset.ref,
-                "model": run.spec.actor_model,
-                "attempts": summary.attempts,
-                "assessed": summary.assessed,
-                "passed": summary.passed,
-                "platform_errors": summary.platform_errors,
-                "task_errors": summary.task_errors,
+                "run_id": shown["run_id"],
+                "status": shown["status"],
+                "dataset": shown["dataset"],
+                "model": shown["actor_model"],
+                "attempts": summary["attempts"],
+                "assessed": summary["assessed"],
+                "passed": summary["passed"],
+                "platform_errors": summary["platform_errors"],
+                "task_errors": summary["task_errors"],
                 "pass_at_1": proportion.rate,
                 "wilson_95": proportion.wilson(),
             }

@@ -19,7 +19,7 @@ from synth_pipelines.cli.output import (
     folding_table,
     user_errors,
 )
-from synth_pipelines.config import Settings, settings
+from synth_pipelines.config import DAGSTER_UI_PATH, Settings, settings
 from synth_pipelines.state_locations import keep_private
 
 if TYPE_CHECKING:
@@ -57,6 +57,7 @@ def _started_row(config: Settings, service: Service, pid: int, started: bool) ->
         else None,
         "api_key_file": str(config.operator_key_path) if service.name == GATEWAY else None,
         "ca_file": str(service.ca_file) if service.ca_file is not None else None,
+        "ui_url": f"{service.address}{DAGSTER_UI_PATH}/" if service.name == GATEWAY else None,
     }
 
 
@@ -109,6 +110,12 @@ def _services_table(rows: list[dict[str, Any]]) -> None:
                     if row["ca_file"]
                     else ""
                 ),
+                highlight=False,
+                soft_wrap=True,
+            )
+            console.print(
+                f"the Dagster UI is at {row['ui_url']} for admins' keys: `synth ui` signs a "
+                "browser in",
                 highlight=False,
                 soft_wrap=True,
             )
@@ -226,7 +233,7 @@ def _up_production(operator: Settings, listen: str | None, as_json: bool) -> Non
         "env_file": str(layout.env_file),
         "image": image.tag,
         "docker_host": engine.host,
-        "dagster_url": values["SYNTH_DAGSTER_URL"],
+        "dagster_url": next(row["ui_url"] for row in rows if row["ui_url"] is not None),
         "seconds": round(time.monotonic() - began, 1),
         "services": rows,
     }
@@ -234,7 +241,7 @@ def _up_production(operator: Settings, listen: str | None, as_json: bool) -> Non
     def render() -> None:
         _services_table(rows)
         console.print(f"every Dagster run in a container of {image.tag}")
-        console.print(f"Dagster UI: {values['SYNTH_DAGSTER_URL']}")
+        console.print(f"Dagster UI (admins, `synth ui`): {document['dagster_url']}")
         console.print(f"use it: set -a; . {layout.env_file}; set +a")
 
     emit("up --production", document, as_json, render)

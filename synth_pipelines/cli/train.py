@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import typer
+from pydantic import TypeAdapter
 
+from synth_pipelines.cli.gateway_client import GatewayClient
 from synth_pipelines.cli.output import JSON_OPTION, console, emit, fail, user_errors
 from synth_pipelines.cli.progress import WAIT_HELP
-from synth_pipelines.config import Settings
-from synth_pipelines.control.database import control_engine
-from synth_pipelines.control.policy_updates import (
-    UnresolvedUpdateError,
-    resolve,
-    unresolved_updates,
-)
+from synth_pipelines.cli.runs import my_run
+from synth_pipelines.contracts.policy_update import PolicyUpdate
 
 train_app = typer.Typer(help="Train a model from task experience.", no_args_is_help=True)
 
@@ -36,14 +33,14 @@ def resolve_update(
     """Resolve the update a run stopped at; then `synth run resume` continues the run."""
     if sum((inspect, discard, applied is not None)) != 1:
         fail("give exactly one of --inspect, --discard or --applied STATE_PATH")
-    from synth_pipelines.cli.runs import my_run
-
-    config: Settings = ctx.obj
-    engine = control_engine(config)
-    run_id = my_run(engine, run_id, config.owner).run_id
-    with user_errors(UnresolvedUpdateError):
+    client = GatewayClient(ctx.obj)
+    run_id = my_run(client, run_id).run_id
+    path = f"/v1/runs/{run_id}"
+    with user_errors():
         if inspect:
-            pending = unresolved_updates(engine, run_id)
+            pending = TypeAdapter(list[PolicyUpdate]).validate_python(
+                client.request("GET", f"{path}/unresolved")
+            )
             emit(
                 "train resolve --inspect",
                 pending,
@@ -57,7 +54,11 @@ def resolve_update(
                 ),
             )
             return
-        decided = resolve(engine, run_id, applied_state=applied, note=note)
+        decided = PolicyUpdate.model_validate(
+            client.request(
+                "POST", f"{path}/resolution", json={"applied_state": applied, "note": note}
+            )
+        )
     emit(
         "train resolve",
         decided,

@@ -28,6 +28,8 @@ class Lease(BaseModel):
     holder: str
     run_id: str | None
     attempt_id: str | None
+    org: str | None
+    """The organization of the lease's run, whose attempt limit it counts against."""
     cpus: float
     memory_mb: int
     storage_mb: int

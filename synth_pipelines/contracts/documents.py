@@ -9,23 +9,26 @@ command knows besides; only what the CLI alone reports is declared here.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import core_schema
 
-from synth_pipelines.contracts.admission_lease import Lease
 from synth_pipelines.contracts.checkpoint import Checkpoint
 from synth_pipelines.contracts.checkpoint_lineage import CheckpointLineage
 from synth_pipelines.contracts.dataset import DatasetVersion, TaskRef
 from synth_pipelines.contracts.operator_key import CreatedKey, OperatorKey
-from synth_pipelines.contracts.plan import ResourceBudget
+from synth_pipelines.contracts.org_limits import OrgLimits
 from synth_pipelines.contracts.policy_update import BatchLearningRow, PolicyUpdate
+from synth_pipelines.contracts.pool import PoolDocument
 from synth_pipelines.contracts.published_profile import PublishedProfile
 from synth_pipelines.contracts.regrade import Regrade
 from synth_pipelines.contracts.run_event import RunEvent
+from synth_pipelines.contracts.run_export import ExportedTable
 from synth_pipelines.contracts.run_record import RunRecord
+from synth_pipelines.contracts.ui_session import UiLogin
 
 
 class Document(BaseModel):
@@ -225,6 +228,10 @@ class CancelledRun(Document):
     status: str
     cancelled: bool
     terminated: list[str]
+    """The Dagster runs of its batches that were terminated."""
+    termination_error: str | None = None
+    """Why its batches' Dagster runs could not be asked to stop (the Dagster webserver did
+    not answer): the run is cancelled all the same, and no further batch is admitted."""
 
 
 class RegradeDocument(Regrade):
@@ -263,6 +270,9 @@ class ServiceStarted(Document):
     ca_file: str | None = None
     """The gateway's on HTTPS: the certificate authority clients check it by
     (`SYNTH_GATEWAY_CA`); None otherwise."""
+    ui_url: str | None = None
+    """The gateway's: the Dagster UI as operators reach it, admins' keys only (`synth ui`
+    signs a browser in); the webserver itself listens on loopback. None for the others."""
 
 
 class ProductionDeploymentStarted(Document):
@@ -272,6 +282,7 @@ class ProductionDeploymentStarted(Document):
     """The project's image every Dagster run's container runs."""
     docker_host: str
     dagster_url: str
+    """The Dagster UI as operators reach it: through the gateway (`ServiceStarted.ui_url`)."""
     seconds: float
     """From the command's start until every service answered."""
     services: list[ServiceStarted]
@@ -310,15 +321,10 @@ class RunComparison(Document):
     notes: list[str]
 
 
-class RunExportDocument(Document):
+class RunExportDocument(ExportedTable, Document):
     """Where `synth run export` wrote a run's table, and what it holds."""
 
-    run_id: str
-    what: str
-    format: str
     path: str
-    rows: int
-    columns: list[str]
 
 
 class ErrorDocument(Document):
@@ -437,28 +443,6 @@ class AttemptDocument(Document):
     exception: str | None
 
 
-class PoolUseDocument(Document):
-    active_attempts: int
-    cpus: float
-    memory_mb: int
-    storage_mb: int
-
-
-class PoolLeaseDocument(Lease):
-    expired: bool
-
-
-class PoolDocument(Document):
-    """A worker pool's budget (as this process is configured), what its held leases take,
-    and the requests waiting in line, oldest first."""
-
-    pool: str
-    limits: ResourceBudget
-    use: PoolUseDocument
-    held: list[PoolLeaseDocument]
-    waiting: list[PoolLeaseDocument]
-
-
 class ServedModelDocument(Document):
     """One model the capture proxy serves: the fields of its `GET /v1/models` entry."""
 
@@ -516,9 +500,11 @@ DOCUMENTS: dict[str, Any] = {
     "image build": list[ImageBuildDocument],
     "image prune": ImagePruneDocument,
     "image project": ProjectImageDocument,
+    "ui": UiLogin,
     "admin key create": CreatedKey,
     "admin key list": list[OperatorKey],
     "admin key revoke": OperatorKey,
+    "admin org limits": OrgLimits,
 }
 
 
@@ -526,6 +512,12 @@ def validated(command: str, data: Any) -> Any:
     """The document in its JSON form, after checking it against its documented schema."""
     adapter = TypeAdapter(DOCUMENTS[command])
     return adapter.dump_python(adapter.validate_python(data), mode="json")
+
+
+def printed(command: str, data: Any) -> str:
+    """The command's documented JSON document, checked against its schema, as printed (the
+    gateway answers it so, and the CLI prints it so)."""
+    return json.dumps(validated(command, data), indent=2, sort_keys=True) + "\n"
 
 
 class _PrintedSchema(GenerateJsonSchema):

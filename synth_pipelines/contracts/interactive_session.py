@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from synth_pipelines.contracts.scoped_token import AttemptScope
 from synth_pipelines.contracts.stored import UtcDateTime
 
 MAX_SESSION_SEC = 12 * 3600
@@ -40,8 +41,13 @@ class InteractiveSession(BaseModel):
 
     token: str
     token_id: str
+    scope: AttemptScope
+    """What the token grants: the session's attempt, as its owner, of this model."""
     model: str
     expires_at: UtcDateTime
     proxy_url: str
+    """Where the harness sends its model calls (`ANTHROPIC_BASE_URL`): the gateway's
+    `/anthropic`, at the address the session was asked for at, which passes them on to
+    the capture proxy."""
     context_window: int
     max_output: int

@@ -19,6 +19,9 @@ ROLES: tuple[Role, ...] = ("viewer", "operator", "admin")
 operator also submits and steers it, an admin also manages keys."""
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+LOCAL_ORG = "local"
+"""The organization of the embedded default's one operator, and of runs from before
+organizations were recorded."""
 MAX_LIFETIME_SEC = 10 * 365 * 86400
 
 

@@ -18,6 +18,8 @@ class RunRecord(BaseModel):
 
     run_id: str
     owner: str
+    org: str
+    """The organization of the key that submitted it, whose limits it is admitted under."""
     idempotency_key: str
     request_digest: str
     kind: str
@@ -26,6 +28,9 @@ class RunRecord(BaseModel):
     spec: Annotated[RunSpec, JsonText] = Field(validation_alias=AliasChoices("spec", "spec_json"))
     created_at: UtcDateTime
     updated_at: UtcDateTime
+    admitted_at: UtcDateTime | None = None
+    """When the batch gate let it start under its organization's run limit; None while
+    it waits in line (and for runs from before admission was recorded)."""
 
     @property
     def finished(self) -> bool:

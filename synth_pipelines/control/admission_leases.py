@@ -1,27 +1,30 @@
-"""Admission leases: one worker pool's budget, shared by every run whose attempts use it.
+"""Admission leases: one worker pool's budget, shared by every run whose attempts use it,
+and each organization's limit on active attempts, shared by its attempts in every pool.
 
 Each attempt asks for room with a lease row (waiting) and runs once the row is held.
 Every decision is taken in one transaction that no other process can interleave (SQLite:
-`BEGIN IMMEDIATE`; PostgreSQL: a transaction lock per pool), so two processes never both
-take the last slot. Rows carry an expiry their holder keeps pushing forward; a row whose
-holder died stops being renewed and the next decision in its pool deletes it.
+`BEGIN IMMEDIATE`; PostgreSQL: a transaction lock per pool, then one per organization),
+so two processes never both take the last slot of a pool or of an organization. Rows
+carry an expiry their holder keeps pushing forward; a row whose holder died stops being
+renewed and the next decision in its pool deletes it (and no decision counts it after
+it expired).
 """
 
 from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import Connection, Engine, delete, insert, select, update
+from sqlalchemy import Connection, Engine, delete, func, insert, select, update
 
 from synth_pipelines.contracts.admission_lease import Lease, ResourceDemand
 from synth_pipelines.contracts.plan import ResourceBudget
-from synth_pipelines.control.database import hold_lock
-from synth_pipelines.control.schema import admission_leases
+from synth_pipelines.control.database import exclusive_transaction, hold_lock
+from synth_pipelines.control.org_limits import limits_of
+from synth_pipelines.control.schema import admission_leases, runs
 
 
 class LeaseLostError(RuntimeError):
@@ -67,23 +70,22 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _pool_lock_id(pool: str) -> int:
-    return int.from_bytes(hashlib.sha256(f"admission:{pool}".encode()).digest()[:8], signed=True)
+def _lock_id(what: str) -> int:
+    return int.from_bytes(hashlib.sha256(what.encode()).digest()[:8], signed=True)
 
 
-@contextmanager
-def _pool_transaction(engine: Engine, pool: str) -> Iterator[Connection]:
-    """A transaction that holds the pool to itself from its first statement."""
-    with engine.connect() as conn:
-        if conn.dialect.name == "sqlite":
-            # A deferred transaction that reads before it writes can lose its snapshot to
-            # a concurrent writer; taking the write lock first makes it wait instead.
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
-        else:
-            hold_lock(conn, _pool_lock_id(pool))
-        # An error leaves without committing: closing the connection rolls back.
-        yield conn
-        conn.commit()
+def active_attempts_by_org(conn: Connection, now: datetime) -> Counter[str]:
+    """Each organization's held, unexpired leases, over every pool."""
+    rows = conn.execute(
+        select(admission_leases.c.org, func.count())
+        .where(
+            admission_leases.c.state == "held",
+            admission_leases.c.org.is_not(None),
+            admission_leases.c.expires_at >= now,
+        )
+        .group_by(admission_leases.c.org)
+    )
+    return Counter({org: count for org, count in rows})
 
 
 def _leases(conn: Connection, pool: str) -> list[Lease]:
@@ -105,10 +107,16 @@ def request_lease(
     run_id: str | None = None,
     attempt_id: str | None = None,
 ) -> str:
-    """Queue a request for room in `pool`; its place in line is the time it was asked."""
+    """Queue a request for room in `pool`; its place in line is the time it was asked. It
+    counts against the organization of `run_id`'s run."""
     lease_id = uuid.uuid4().hex
     now = _now()
     with engine.begin() as conn:
+        org = (
+            None
+            if run_id is None
+            else conn.execute(select(runs.c.org).where(runs.c.run_id == run_id)).scalar()
+        )
         conn.execute(
             insert(admission_leases).values(
                 lease_id=lease_id,
@@ -116,6 +124,7 @@ def request_lease(
                 holder=holder,
                 run_id=run_id,
                 attempt_id=attempt_id,
+                org=org,
                 cpus=demand.cpus,
                 memory_mb=demand.memory_mb,
                 storage_mb=demand.storage_mb,
@@ -130,11 +139,12 @@ def request_lease(
 def try_admit(
     engine: Engine, pool: str, lease_id: str, limits: ResourceBudget, ttl: timedelta
 ) -> bool:
-    """Hold the lease if the pool has room for it once every older waiting request that
-    fits has been served first (first come, first served among those that fit, so a large
-    request does not stop smaller ones from using what is left). A request still waiting
-    is kept alive for another `ttl`."""
-    with _pool_transaction(engine, pool) as conn:
+    """Hold the lease if the pool has room for it, and its organization is under its
+    limit on active attempts, once every older waiting request that fits has been served
+    first (first come, first served among those that fit, so a large request, or one of
+    an organization at its limit, does not stop others from using what is left). A
+    request still waiting is kept alive for another `ttl`."""
+    with exclusive_transaction(engine, _lock_id(f"admission:{pool}")) as conn:
         now = _now()
         conn.execute(
             delete(admission_leases).where(
@@ -148,13 +158,32 @@ def try_admit(
                 f"admission request {lease_id} in pool {pool!r} expired before it was "
                 "admitted; its holder stopped renewing it for longer than the lease's ttl"
             )
+        if mine.org is not None:
+            # The organization's attempts in other pools are decided under those pools'
+            # locks; the organization's lock makes their decisions and this one take turns.
+            hold_lock(conn, _lock_id(f"admission-org:{mine.org}"))
+        org_limits = limits_of(conn, {lease.org for lease in leases if lease.org is not None})
+        org_use = active_attempts_by_org(conn, now)
+
+        def org_has_room(org: str | None) -> bool:
+            if org is None:
+                return True
+            limit = org_limits[org].max_active_attempts
+            return limit is None or org_use[org] < limit
+
         use = PoolUse.of([lease for lease in leases if lease.state == "held"])
         for ahead in leases:
             if ahead.lease_id == lease_id:
                 break
-            if ahead.state == "waiting" and use.plus(ahead.demand).within(limits):
+            if (
+                ahead.state == "waiting"
+                and use.plus(ahead.demand).within(limits)
+                and org_has_room(ahead.org)
+            ):
                 use = use.plus(ahead.demand)
-        admitted = use.plus(mine.demand).within(limits)
+                if ahead.org is not None:
+                    org_use[ahead.org] += 1
+        admitted = use.plus(mine.demand).within(limits) and org_has_room(mine.org)
         conn.execute(
             update(admission_leases)
             .where(admission_leases.c.lease_id == lease_id)

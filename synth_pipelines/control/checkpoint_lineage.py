@@ -4,7 +4,7 @@ Backwards, a checkpoint names its run, batch and optimizer steps, and the policy
 that produced it. Forwards, a batch samples through a checkpoint when its `policy` table
 binds it (the next batch of the same run, or any batch of a run started with it as
 `--model`); every sampling group of such a batch was recorded against that checkpoint.
-Plain functions over the control database and the object store, so that the CLI and Dagster
+Plain functions over the control database and the object store, so that the gateway and Dagster
 metadata read the same lineage.
 """
 
@@ -31,7 +31,11 @@ from synth_pipelines.storage.objectstore import ObjectStore
 
 
 class CheckpointNotFoundError(LookupError):
-    """No checkpoint of the owner matches the id, or more than one does."""
+    """No checkpoint of the owner matches the id."""
+
+
+class AmbiguousCheckpointError(LookupError):
+    """More than one checkpoint of the owner matches the id."""
 
 
 def owner_checkpoints(engine: Engine, owner: str, run_id: str | None = None) -> list[Checkpoint]:
@@ -59,7 +63,7 @@ def resolve_checkpoint(engine: Engine, owner: str, wanted: str) -> Checkpoint:
         raise CheckpointNotFoundError(
             f"no checkpoint of yours matches {wanted!r}; `synth checkpoint list` lists them"
         )
-    raise CheckpointNotFoundError(
+    raise AmbiguousCheckpointError(
         f"{wanted!r} matches {len(matches)} checkpoints; give more of its path "
         "(`synth checkpoint list` prints whole ids)"
     )

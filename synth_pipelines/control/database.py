@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import os
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
-from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import ConnectionPoolEntry
+from sqlalchemy.schema import CreateColumn
 
 from synth_pipelines.config import Settings
-from synth_pipelines.control.schema import metadata
+from synth_pipelines.control.schema import ADDED_COLUMNS, metadata
 
 # PostgreSQL advisory lock ids, one per step that processes must take one at a time.
 SCHEMA_LOCK = 0x73796E7468_01
 EVENT_ORDER_LOCK = 0x73796E7468_02
+RUN_ADMISSION_LOCK = 0x73796E7468_03
 
 
 def hold_lock(conn: Connection, lock_id: int) -> None:
@@ -25,6 +29,23 @@ def hold_lock(conn: Connection, lock_id: int) -> None:
     already held from a transaction's first write until it commits."""
     if conn.dialect.name == "postgresql":
         conn.execute(text("SELECT pg_advisory_xact_lock(:lock_id)"), {"lock_id": lock_id})
+
+
+@contextmanager
+def exclusive_transaction(engine: Engine, *lock_ids: int) -> Iterator[Connection]:
+    """A transaction that no other one holding any of `lock_ids` interleaves with, from
+    its first statement on: on SQLite the database's write lock (every such transaction
+    excludes every other), on PostgreSQL the advisory locks, taken in the order given."""
+    with engine.connect() as conn:
+        if conn.dialect.name == "sqlite":
+            # A deferred transaction that reads before it writes can lose its snapshot to
+            # a concurrent writer; taking the write lock first makes it wait instead.
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        for lock_id in lock_ids:
+            hold_lock(conn, lock_id)
+        # An error leaves without committing: closing the connection rolls back.
+        yield conn
+        conn.commit()
 
 
 def _configure_sqlite(engine: Engine) -> None:
@@ -64,20 +85,33 @@ def _forget_inherited_connections() -> None:
 os.register_at_fork(after_in_child=_forget_inherited_connections)
 
 
+def _add_missing_columns(conn: Connection) -> None:
+    """Add the columns of `ADDED_COLUMNS` that a database made before them lacks."""
+    inspector = inspect(conn)
+    for column in ADDED_COLUMNS:
+        table = column.table.name
+        if column.name not in {found["name"] for found in inspector.get_columns(table)}:
+            definition = CreateColumn(column).compile(dialect=conn.dialect)
+            conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {definition}"))
+
+
 def create_tables(engine: Engine) -> None:
-    """Create missing tables. Every service does this at start-up against the same
-    database; on PostgreSQL two concurrent CREATE TABLEs of one name collide, so one
-    process at a time checks and creates. SQLite runs DDL outside the transaction, so two
-    processes can both find a table missing and the second one's CREATE fails: it looks
-    again, and finds the table the first one made."""
-    for attempt in range(len(metadata.tables)):
+    """Create missing tables and added columns. Every service does this at start-up
+    against the same database; on PostgreSQL two concurrent CREATE TABLEs of one name
+    collide, so one process at a time checks and creates. SQLite runs DDL outside the
+    transaction, so two processes can both find a table or column missing and the second
+    one's CREATE or ALTER fails: it looks again, and finds what the first one made."""
+    tries = len(metadata.tables) + len(ADDED_COLUMNS)
+    for attempt in range(tries):
         try:
             with engine.begin() as conn:
                 hold_lock(conn, SCHEMA_LOCK)
                 metadata.create_all(conn)
+                _add_missing_columns(conn)
             return
         except OperationalError as error:
-            if "already exists" not in str(error) or attempt == len(metadata.tables) - 1:
+            raced = "already exists" in str(error) or "duplicate column" in str(error)
+            if not raced or attempt == tries - 1:
                 raise
 
 

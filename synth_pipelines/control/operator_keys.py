@@ -82,6 +82,20 @@ def authenticate(
     return key
 
 
+def standing_key(engine: Engine, key_id: str, *, now: datetime | None = None) -> OperatorKey:
+    """The key `key_id`, if it stands now (a session made with it acts as it); otherwise
+    `KeyRefusedError` saying why."""
+    with engine.connect() as conn:
+        row = conn.execute(select(*_COLUMNS).where(operator_keys.c.key_id == key_id)).first()
+    if row is None:
+        raise KeyRefusedError(f"API key {key_id} no longer exists")
+    key = OperatorKey.model_validate(row, from_attributes=True)
+    refused = key.refusal(now or datetime.now(UTC))
+    if refused is not None:
+        raise KeyRefusedError(refused)
+    return key
+
+
 def list_keys(engine: Engine, *, owner: str | None = None) -> list[OperatorKey]:
     """Every key (or `owner`'s), newest first, revoked and expired ones included."""
     query = select(*_COLUMNS).order_by(operator_keys.c.created_at.desc())

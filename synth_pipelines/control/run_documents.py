@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from synth_pipelines.control.run_document_fingerprint import run_document_fingerprint
@@ -29,6 +29,17 @@ def current_fingerprint(engine: Engine, run_id: str, objects_url: str) -> str:
             cursor.close()
     finally:
         connection.close()
+
+
+def kept_document(engine: Engine, run_id: str, fingerprint: str) -> str | None:
+    """The run's kept document, if it was built from what `fingerprint` says is there now."""
+    with engine.connect() as conn:
+        row = conn.execute(
+            select(run_documents.c.document).where(
+                run_documents.c.run_id == run_id, run_documents.c.fingerprint == fingerprint
+            )
+        ).first()
+    return None if row is None else str(row.document)
 
 
 def store_run_document(engine: Engine, run_id: str, fingerprint: str, text: str) -> None:

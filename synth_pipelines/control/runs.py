@@ -95,8 +95,11 @@ def accept_run(
     request: RunRequest,
     idempotency_key: str | None = None,
     before_create: Callable[[], None] = lambda: None,
+    *,
+    org: str,
 ) -> tuple[RunRecord, bool]:
-    """Pin and record a run; returns (run, created). A known key returns its run;
+    """Pin and record a run of `org` (the submitting key's organization, whose limits it
+    is admitted under); returns (run, created). A known key returns its run;
     `before_create` runs (and may refuse) only when a new run is to be recorded."""
     key = idempotency_key or uuid.uuid4().hex
     digest = request.digest()
@@ -112,6 +115,7 @@ def accept_run(
                 runs.insert().values(
                     run_id=spec.run_id,
                     owner=request.owner,
+                    org=org,
                     idempotency_key=key,
                     request_digest=digest,
                     kind=spec.kind,
@@ -133,6 +137,7 @@ def accept_run(
                     "actor_digest": spec.actor.digest,
                     "batches": spec.batch_count,
                     "request_digest": digest,
+                    "org": org,
                 },
             )
     except IntegrityError:

@@ -21,6 +21,8 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
+from synth_pipelines.contracts.operator_key import LOCAL_ORG
+
 metadata = MetaData()
 
 dataset_versions = Table(
@@ -66,6 +68,8 @@ runs = Table(
     metadata,
     Column("run_id", String(40), primary_key=True),
     Column("owner", String(100), nullable=False),
+    # Runs from before organizations were recorded were all the local operator's.
+    Column("org", String(64), nullable=False, server_default=LOCAL_ORG),
     Column("idempotency_key", String(200), nullable=False),
     Column("request_digest", String(80), nullable=False),
     Column("kind", String(20), nullable=False),
@@ -74,6 +78,8 @@ runs = Table(
     Column("spec_json", Text, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+    # Set once the batch gate admits the run under its organization's run limit.
+    Column("admitted_at", DateTime(timezone=True), nullable=True),
     UniqueConstraint("owner", "idempotency_key", name="uq_runs_owner_idempotency_key"),
 )
 
@@ -241,6 +247,7 @@ admission_leases = Table(
     Column("holder", String(200), nullable=False),
     Column("run_id", String(40), nullable=True),
     Column("attempt_id", String(200), nullable=True),
+    Column("org", String(64), nullable=True),
     Column("cpus", Float, nullable=False),
     Column("memory_mb", Integer, nullable=False),
     Column("storage_mb", Integer, nullable=False),
@@ -279,3 +286,32 @@ interactive_tokens = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Index("ix_interactive_tokens_key", "key_id"),
 )
+
+org_limits = Table(
+    "org_limits",
+    metadata,
+    # Set by an admin; an organization without a row, or a limit left NULL, is unlimited.
+    Column("org", String(64), primary_key=True),
+    Column("max_concurrent_runs", Integer, nullable=True),
+    Column("max_active_attempts", Integer, nullable=True),
+    Column("updated_by", String(64), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+ui_sessions = Table(
+    "ui_sessions",
+    metadata,
+    # Sign-ins to the Dagster UI through the gateway (`control/ui_sessions.py`): a one-time
+    # login link, then the browser's session cookie, each kept only as its SHA-256, and
+    # the API key it acts as (checked again on every request).
+    Column("login_digest", String(64), primary_key=True),
+    Column("key_id", String(32), nullable=False),
+    Column("login_expires_at", Float, nullable=False),
+    Column("cookie_digest", String(64), nullable=True, unique=True),
+    Column("expires_at", Float, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
+ADDED_COLUMNS = (runs.c.org, runs.c.admitted_at, admission_leases.c.org)
+"""Columns added to tables after they first shipped: `create_tables` adds them to a
+database made before, with their server default (or NULL) in the rows already there."""

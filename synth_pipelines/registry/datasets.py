@@ -18,8 +18,13 @@ from synth_pipelines.contracts.dataset import DatasetVersion, TaskRef, dataset_d
 from synth_pipelines.contracts.refs import check_name, check_version, parse_ref
 from synth_pipelines.control.schema import dataset_tasks, dataset_versions
 from synth_pipelines.control.table_outputs import store_table
-from synth_pipelines.registry.task_packages import TaskFormatError, package_sha256, package_task
-from synth_pipelines.storage.objectstore import ObjectStore
+from synth_pipelines.registry.task_packages import (
+    TaskFormatError,
+    TaskPackage,
+    package_sha256,
+    package_task,
+)
+from synth_pipelines.storage.objectstore import ObjectIntegrityError, ObjectStore
 
 
 class DatasetError(ValueError):
@@ -93,17 +98,10 @@ def list_datasets(engine: Engine) -> list[DatasetVersion]:
     return [DatasetVersion.model_validate(row, from_attributes=True) for row in rows]
 
 
-def publish_dataset(
-    engine: Engine,
-    store: ObjectStore,
-    directory: Path,
-    name: str,
-    version: str,
-    owner: str,
-    description: str = "",
-    on_task: TaskProgress = _unfollowed,
-) -> tuple[DatasetVersion, bool]:
-    """Record `name@version` from a directory of tasks; returns (version, created)."""
+def pack_dataset(
+    directory: Path, name: str, version: str, on_task: TaskProgress = _unfollowed
+) -> list[TaskPackage]:
+    """The task packages `name@version` would hold, in order, packed from a directory."""
     try:
         check_name(name, "dataset")
         check_version(version, "dataset")
@@ -114,19 +112,82 @@ def publish_dataset(
             on_task("packed", packages[-1].name, len(packages), len(task_dirs))
     except (TaskFormatError, ValueError) as error:
         raise DatasetError(str(error)) from None
-    names = [package.name for package in packages]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
+    duplicates = _twice([package.name for package in packages])
     if duplicates:
         raise DatasetError(f"{directory}: task names appear twice: {', '.join(duplicates)}")
-    digest = dataset_digest([(p.name, p.digest) for p in packages])
+    return packages
 
+
+def task_refs(packages: list[TaskPackage]) -> list[TaskRef]:
+    """The packages as the tasks of a version, in order."""
+    return [
+        TaskRef(
+            position=position,
+            name=package.name,
+            digest=package.digest,
+            package_key=package.key,
+            package_sha256=package_sha256(package),
+        )
+        for position, package in enumerate(packages)
+    ]
+
+
+def published_as(engine: Engine, name: str, version: str, digest: str) -> DatasetVersion | None:
+    """The version already recorded with this content, None when there is none yet;
+    other content under `name@version` is refused."""
     existing = find_dataset(engine, name, version)
-    if existing is not None:
-        return _same_or_refuse(existing, digest), False
+    return None if existing is None else _same_or_refuse(existing, digest)
 
+
+def publish_dataset(
+    engine: Engine,
+    store: ObjectStore,
+    directory: Path,
+    name: str,
+    version: str,
+    owner: str,
+    description: str = "",
+    on_task: TaskProgress = _unfollowed,
+) -> tuple[DatasetVersion, bool]:
+    """Record `name@version` from a directory of tasks, writing the packages to `store`
+    from this process; returns (version, created)."""
+    packages = pack_dataset(directory, name, version, on_task)
+    tasks = task_refs(packages)
+    existing = published_as(engine, name, version, _digest_of(tasks))
+    if existing is not None:
+        return existing, False
     for done, package in enumerate(packages, 1):
         store.put(package.key, package.archive)
         on_task("uploaded", package.name, done, len(packages))
+    return record_dataset(engine, store, name, version, owner, description, tasks)
+
+
+def record_dataset(
+    engine: Engine,
+    store: ObjectStore,
+    name: str,
+    version: str,
+    owner: str,
+    description: str,
+    tasks: list[TaskRef],
+) -> tuple[DatasetVersion, bool]:
+    """Record `name@version` as `tasks`, whose packages are already in `store`: each is
+    checked there (present, with its SHA-256, hashed from the stored bytes) before the
+    version refers to it. Returns (version, created); the same content again is a no-op."""
+    try:
+        check_name(name, "dataset")
+        check_version(version, "dataset")
+    except ValueError as error:
+        raise DatasetError(str(error)) from None
+    duplicates = _twice([task.name for task in tasks])
+    if duplicates:
+        raise DatasetError(f"task names appear twice: {', '.join(duplicates)}")
+    digest = _digest_of(tasks)
+    existing = published_as(engine, name, version, digest)
+    if existing is not None:
+        return existing, False
+    for task in tasks:
+        _check_stored(store, task)
     now = datetime.now(UTC)
     try:
         with engine.begin() as conn:
@@ -135,7 +196,7 @@ def publish_dataset(
                     name=name,
                     version=version,
                     digest=digest,
-                    task_count=len(packages),
+                    task_count=len(tasks),
                     owner=owner,
                     description=description,
                     created_at=now,
@@ -148,12 +209,12 @@ def publish_dataset(
                         "dataset_name": name,
                         "dataset_version": version,
                         "position": position,
-                        "task_name": package.name,
-                        "digest": package.digest,
-                        "package_key": package.key,
-                        "package_sha256": package_sha256(package),
+                        "task_name": task.name,
+                        "digest": task.digest,
+                        "package_key": task.package_key,
+                        "package_sha256": task.package_sha256,
                     }
-                    for position, package in enumerate(packages)
+                    for position, task in enumerate(tasks)
                 ],
             )
     except IntegrityError:
@@ -167,9 +228,34 @@ def publish_dataset(
         store,
         "dataset_tasks",
         dataset.ref,
-        TaskRef.to_table(read_page(engine, dataset, 0, len(packages))),
+        TaskRef.to_table(read_page(engine, dataset, 0, len(tasks))),
     )
     return dataset, True
+
+
+def _twice(names: list[str]) -> list[str]:
+    return sorted({n for n in names if names.count(n) > 1})
+
+
+def _digest_of(tasks: list[TaskRef]) -> str:
+    return dataset_digest([(task.name, task.digest) for task in tasks])
+
+
+def _check_stored(store: ObjectStore, task: TaskRef) -> None:
+    try:
+        stored = store.measure(task.package_key)
+    except ObjectIntegrityError as error:
+        raise DatasetError(f"task {task.name}: {error}, not the granted bytes") from None
+    if stored is None:
+        raise DatasetError(
+            f"task {task.name}: its package {task.package_key} is not in the object store; "
+            "upload it with its grant before committing"
+        )
+    if stored.sha256 != task.package_sha256:
+        raise DatasetError(
+            f"task {task.name}: the stored package {task.package_key} has sha256 "
+            f"{stored.sha256}, not the granted {task.package_sha256}"
+        )
 
 
 def _same_or_refuse(existing: DatasetVersion, digest: str) -> DatasetVersion:

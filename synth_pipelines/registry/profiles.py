@@ -18,6 +18,10 @@ class ProfileError(ValueError):
     """A profile request that cannot be honored, with the reason for the operator."""
 
 
+class ProfileNotFoundError(ProfileError, LookupError):
+    pass
+
+
 def _published(row: Row[Any]) -> PublishedProfile:
     published = PublishedProfile.model_validate(row, from_attributes=True)
     try:
@@ -79,7 +83,7 @@ def get_profile(engine: Engine, ref: str) -> PublishedProfile:
         raise ProfileError(str(error)) from None
     found = _find(engine, name, version)
     if found is None:
-        raise ProfileError(
+        raise ProfileNotFoundError(
             f"unknown profile {ref!r}; publish it with `synth profile publish` or see "
             "`synth profile list`"
         )

@@ -37,7 +37,12 @@ class TaskPackage:
 
     @property
     def key(self) -> str:
-        return f"tasks/sha256/{self.digest.removeprefix('sha256:')}.tar.gz"
+        return package_key(self.digest)
+
+
+def package_key(digest: str) -> str:
+    """Where the package of the task with Harbor digest `digest` is stored."""
+    return f"tasks/sha256/{digest.removeprefix('sha256:')}.tar.gz"
 
 
 def load_task(task_dir: Path) -> Task:

@@ -1,15 +1,17 @@
 """`synth agent run`: one profile on one task directory, in the local sandbox.
 
 The environment is built from the task exactly as Harbor builds a trial's, and the
-profile runs through the same `run_profile` a Harbor-managed trial uses.
+profile runs through the same `run_profile` a Harbor-managed trial uses. Its token is a
+session's the gateway grants the operator's key (`OpenSession`): the attempt is that
+session's, sampling as its owner, and nothing here needs the platform's signing key.
 """
 
 from __future__ import annotations
 
+import asyncio
 import shutil
-import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from harbor.models.task.config import NetworkMode, NetworkPolicy
@@ -17,12 +19,34 @@ from harbor.models.trial.paths import TrialPaths
 
 from synth_pipelines.agents.engines import engine_runtime
 from synth_pipelines.agents.platform_access import PlatformAccess
-from synth_pipelines.agents.session import AttemptIdentity, LaunchOutcome, run_profile
+from synth_pipelines.agents.session import (
+    AttemptIdentity,
+    AttemptToken,
+    LaunchOutcome,
+    run_profile,
+    token_lifetime,
+)
 from synth_pipelines.config import Settings
+from synth_pipelines.contracts.interactive_session import MAX_SESSION_SEC
 from synth_pipelines.contracts.profile import PinnedProfile
+from synth_pipelines.contracts.scoped_token import AttemptScope
 from synth_pipelines.registry.task_packages import load_task
 from synth_pipelines.sandbox.bwrap import BwrapEnvironment
 from synth_pipelines.sandbox.options import HostSettings
+
+
+@dataclass(frozen=True)
+class AttemptSession:
+    """What a local attempt samples as: its token, the scope the token grants, and the
+    capture proxy it is for."""
+
+    scope: AttemptScope
+    token: AttemptToken
+    proxy_url: str
+
+
+OpenSession = Callable[[str, int], AttemptSession]
+"""A session for a model, for so many seconds (the gateway's `POST /v1/sessions`)."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +63,7 @@ async def run_locally(
     model: str,
     output_dir: Path,
     deployment: Settings,
+    open_session: OpenSession,
     timeout_sec: float | None = None,
 ) -> LocalRun:
     profile = pinned.profile()
@@ -48,14 +73,10 @@ async def run_locally(
             "`synth agent run` runs claude-code and builtin profiles"
         )
     task = load_task(task_dir)
-    identity = AttemptIdentity(
-        run_id=f"local-{datetime.now(UTC):%Y%m%d}",
-        attempt_id=f"local-{uuid.uuid4().hex[:12]}",
-        owner=deployment.owner,
-        task_name=task.name,
-        model=model,
-        role=profile.role,
-    )
+    timeout_sec = timeout_sec or task.config.agent.timeout_sec
+    ttl_sec = min(token_lifetime(timeout_sec), MAX_SESSION_SEC)
+    session = await asyncio.to_thread(open_session, model, ttl_sec)
+    identity = AttemptIdentity(**session.scope.model_dump(), task_name=task.name)
     paths = TrialPaths(output_dir)
     paths.mkdir()  # type: ignore[no-untyped-call]  # Harbor leaves TrialPaths.mkdir unannotated
     environment = BwrapEnvironment(
@@ -70,7 +91,13 @@ async def run_locally(
         ],
         **HostSettings.model_validate(deployment, from_attributes=True).model_dump(),
     )
-    await environment.start(force_build=False)
+    try:
+        await environment.start(force_build=False)
+    except BaseException:
+        # `run_profile` revokes the token once it runs; a sandbox that never started must too.
+        ended = f"attempt {identity.attempt_id} never started"
+        await asyncio.to_thread(session.token.revoke, ended)
+        raise
     workspace = output_dir / "workspace"
     try:
         outcome = await run_profile(
@@ -79,8 +106,9 @@ async def run_locally(
             task.instruction,
             identity,
             paths.agent_dir,
-            PlatformAccess.of(deployment),
-            timeout_sec=timeout_sec or task.config.agent.timeout_sec,
+            PlatformAccess.of(deployment).model_copy(update={"proxy_url": session.proxy_url}),
+            timeout_sec=timeout_sec,
+            token=session.token,
         )
         workdir = outcome.launch.workdir
         shutil.rmtree(workspace, ignore_errors=True)

@@ -10,8 +10,8 @@ alone costs a CLI seconds).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 
@@ -33,7 +33,8 @@ class ServedModels:
     proxy_url: str
     model_service_url: str
     model_service_key: str
-    signing_key_path: Path
+    signing_key: Callable[[], bytes]
+    """The platform's token signing key, read when a model is first asked about."""
     owner: str
 
     def require(self, model: str, *, train: bool) -> None:
@@ -64,14 +65,10 @@ class ServedModels:
 
     def _operator_token(self) -> str:
         """A short-lived operator token for the proxy's model routes."""
-        from synth_pipelines.credentials import SigningKeyError, mint_token, read_signing_key
+        from synth_pipelines.credentials import mint_token
 
-        try:
-            key = read_signing_key(self.signing_key_path)
-        except SigningKeyError as error:
-            raise ModelNotServedError(f"cannot ask the capture proxy: {error}") from None
         return mint_token(
-            key,
+            self.signing_key(),
             AttemptScope(run_id="*", attempt_id="*", owner=self.owner, model="*", role="operator"),
             ttl_sec=300,
         )
@@ -120,13 +117,22 @@ def model_service_capabilities(url: str, api_key: str) -> dict[str, bool]:
     }
 
 
-def served_models(config: Settings) -> ServedModels:
-    """The proxy and model service this deployment's runs would use; nothing is asked, and
-    no key read, until a run needs its model checked."""
+def served_models(config: Settings, owner: str) -> ServedModels:
+    """The proxy and model service this deployment's runs would use, asked as `owner`;
+    nothing is asked, and no key read, until a run needs its model checked."""
+
+    def signing_key() -> bytes:
+        from synth_pipelines.credentials import SigningKeyError, read_signing_key
+
+        try:
+            return read_signing_key(config.signing_key_path)
+        except SigningKeyError as error:
+            raise ModelNotServedError(f"cannot ask the capture proxy: {error}") from None
+
     return ServedModels(
         proxy_url=config.proxy_url,
         model_service_url=config.model_backend_url,
         model_service_key=config.tinker_api_key,
-        signing_key_path=config.signing_key_path,
-        owner=config.owner,
+        signing_key=signing_key,
+        owner=owner,
     )

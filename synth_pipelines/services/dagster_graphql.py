@@ -156,3 +156,51 @@ def backfill_status(webserver: DagsterWebserver, backfill_id: str) -> str:
     if result["__typename"] != "PartitionBackfill":
         raise DagsterUnavailableError(f"no backfill {backfill_id}: {result.get('message')}")
     return result["status"]
+
+
+ACTIVE_BATCH_RUNS = """
+query($run: String!) {
+  runsOrError(filter: {
+    tags: [{key: "synth/run", value: $run}],
+    statuses: [QUEUED, NOT_STARTED, STARTING, STARTED]
+  }) {
+    __typename
+    ... on Runs { results { runId } }
+    ... on PythonError { message }
+  }
+}
+"""
+
+TERMINATE_RUNS = """
+mutation($ids: [String!]!) {
+  terminateRuns(runIds: $ids) {
+    __typename
+    ... on TerminateRunsResult {
+      terminateRunResults {
+        __typename
+        ... on TerminateRunSuccess { run { runId } }
+      }
+    }
+    ... on PythonError { message }
+  }
+}
+"""
+
+
+def terminate_batch_runs(webserver: DagsterWebserver, run_id: str) -> list[str]:
+    """Terminate the queued or running Dagster runs of a synth run's batches, through the
+    webserver (whose run launcher reaches the run workers); returns those terminated."""
+    found = _graphql(webserver, ACTIVE_BATCH_RUNS, {"run": run_id})["runsOrError"]
+    if found["__typename"] != "Runs":
+        raise DagsterUnavailableError(f"Dagster did not list the runs: {found.get('message')}")
+    active = [entry["runId"] for entry in found["results"]]
+    if not active:
+        return []
+    done = _graphql(webserver, TERMINATE_RUNS, {"ids": active})["terminateRuns"]
+    if done["__typename"] != "TerminateRunsResult":
+        raise DagsterUnavailableError(f"Dagster did not terminate the runs: {done.get('message')}")
+    return [
+        result["run"]["runId"]
+        for result in done["terminateRunResults"]
+        if result["__typename"] == "TerminateRunSuccess"
+    ]

@@ -137,6 +137,9 @@ def embedded_services(config: Settings, listen: str | None = None) -> list[Servi
                 dagster.hostname or "127.0.0.1",
                 "-p",
                 str(dagster.port or 3000),
+                # Its path is the one the gateway serves the UI at, so the pages' own links
+                # and the GraphQL endpoint resolve there.
+                *(["--path-prefix", dagster.path.rstrip("/")] if dagster.path.strip("/") else []),
             ],
             health_url=f"{config.dagster_url}/server_info",
             address=config.dagster_url,

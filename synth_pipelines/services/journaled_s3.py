@@ -9,8 +9,17 @@ would make every start slower. A multipart upload gets a new id when replayed; l
 requests of that upload are sent with the new one.
 
 moto, not a file-backed server, because it honours what the object store relies on:
-`If-None-Match: *` (create-only writes) and the SHA-256 checksum header.
+`If-None-Match: *` (create-only writes) and the SHA-256 checksum header (which moto stores,
+and the layer in front of it checks against the body).
 
+The port it listens on serves only requests signed (Signature Version 4, in the header or a
+presigned URL's query) with the deployment's key pair, `AWS_ACCESS_KEY_ID` and
+`AWS_SECRET_ACCESS_KEY` in its environment (`s3_signatures.py`); every other request is
+refused with 403 and changes nothing. The journal is replayed, unchecked, through a private
+port before that one opens: its requests were checked when first served, and most of their
+signatures have gone stale since.
+
+    AWS_ACCESS_KEY_ID=... AWS_SECRET_ACCESS_KEY=... \
     python -m synth_pipelines.services.journaled_s3 --host 127.0.0.1 --port 9000 --journal F
 """
 
@@ -28,6 +37,8 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
+
+from synth_pipelines.services.s3_signatures import S3Credentials, SignatureCheck
 
 WRITES = frozenset({"PUT", "POST", "DELETE"})
 _UPLOAD_ID = re.compile(r"<UploadId>([^<]+)</UploadId>")
@@ -83,11 +94,30 @@ def replay(journal: Path, endpoint: str) -> None:
                     new_ids[url.path].append(created.group(1))
 
 
-def serve(host: str, port: int, journal: Path) -> None:
+def credentials_from_environment() -> S3Credentials:
+    """The key pair the deployment's clients sign with, from the variables they read."""
+    access_key_id = os.environ.get("AWS_ACCESS_KEY_ID")
+    secret_access_key = os.environ.get("AWS_SECRET_ACCESS_KEY")
+    if not access_key_id or not secret_access_key:
+        raise SystemExit(
+            "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY to the deployment's (its "
+            "deployment.env): the server accepts only requests signed with them"
+        )
+    return S3Credentials(access_key_id, secret_access_key)
+
+
+def serve(host: str, port: int, journal: Path, credentials: S3Credentials) -> None:
     # The recorder reads both variables when moto is first imported.
     os.environ["MOTO_RECORDER_FILEPATH"] = str(journal)
     os.environ["MOTO_ENABLE_RECORDING"] = "true"
+    from moto.core.request import PRESERVED_HEADER_NAMES_ENVIRON_KEY
+    from moto.moto_server.werkzeug_app import (
+        DomainDispatcherApplication,
+        MotoRequestHandler,
+        create_backend_app,
+    )
     from moto.server import ThreadedMotoServer
+    from werkzeug.serving import make_server
 
     writes = compact(journal)
     # Replayed through a private port first: the public one opens only once every
@@ -104,14 +134,20 @@ def serve(host: str, port: int, journal: Path) -> None:
     private.stop()
     print(f"replayed {writes} writes from {journal}", flush=True)
 
-    public = ThreadedMotoServer(ip_address=host, port=port, verbose=False)
-    public.start()
-    print(f"S3-compatible server on http://{host}:{port}", flush=True)
+    # moto's buckets are the process's: the public app serves the ones replayed into them.
+    checked = SignatureCheck(
+        DomainDispatcherApplication(create_backend_app),
+        credentials,
+        PRESERVED_HEADER_NAMES_ENVIRON_KEY,
+    )
+    public = make_server(host, port, checked, threaded=True, request_handler=MotoRequestHandler)
+    threading.Thread(target=public.serve_forever, daemon=True).start()
+    print(f"S3-compatible server on http://{host}:{port}, signatures checked", flush=True)
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())
     signal.signal(signal.SIGINT, lambda *_: stopped.set())
     stopped.wait()
-    public.stop()
+    public.shutdown()
 
 
 def main() -> None:
@@ -120,7 +156,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--journal", type=Path, required=True)
     args = parser.parse_args()
-    serve(args.host, args.port, args.journal)
+    serve(args.host, args.port, args.journal, credentials_from_environment())
 
 
 if __name__ == "__main__":

@@ -13,10 +13,8 @@ from pathlib import Path
 
 from sqlalchemy import Engine
 
-from synth_pipelines.contracts.operator_key import KeyRequest
+from synth_pipelines.contracts.operator_key import LOCAL_ORG, KeyRequest
 from synth_pipelines.control.operator_keys import KeyRefusedError, authenticate, create_key
-
-LOCAL_ORG = "local"
 
 
 def ensure_operator_key(engine: Engine, key_secret: bytes, path: Path, owner: str) -> bool:

@@ -31,7 +31,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
+from synth_pipelines.config import DAGSTER_UI_PATH
 from synth_pipelines.services.embedded import MODEL_SERVICE
 from synth_pipelines.services.supervisor import Service
 
@@ -142,7 +144,9 @@ def _new_environment(
         "AWS_ACCESS_KEY_ID": "synth",
         "AWS_SECRET_ACCESS_KEY": secrets.token_hex(16),
         "AWS_DEFAULT_REGION": "us-east-1",
-        "SYNTH_DAGSTER_URL": f"http://127.0.0.1:{_free_port()}",
+        # On loopback under the prefix the gateway serves the UI at: operators reach it
+        # only through the gateway.
+        "SYNTH_DAGSTER_URL": f"http://127.0.0.1:{_free_port()}{DAGSTER_UI_PATH}",
         "SYNTH_PROXY_URL": f"http://127.0.0.1:{_free_port()}",
         "SYNTH_GATEWAY_URL": f"http://127.0.0.1:{_free_port()}",
         "SYNTH_PROXY_SIGNING_KEY": secrets.token_hex(32),
@@ -179,6 +183,10 @@ def deployment_environment(
         else _new_environment(layout, starting, pool_attempts)
     )
     values.update(per_start)
+    # A deployment made before the UI was served through the gateway: its webserver moves
+    # under the prefix.
+    if not urlsplit(values["SYNTH_DAGSTER_URL"]).path.strip("/"):
+        values["SYNTH_DAGSTER_URL"] = values["SYNTH_DAGSTER_URL"].rstrip("/") + DAGSTER_UI_PATH
     _write_env_file(layout.env_file, values)
     return values
 
@@ -322,8 +330,16 @@ def _s3_service(layout: ProductionLayout, values: Mapping[str, str]) -> Service:
             "--journal",
             str(layout.s3_journal),
         ],
-        health_url=f"{s3}/moto-api/",
+        # Any answer is readiness, a refusal (403) included: the server listens only once
+        # its journal is replayed, and it refuses moto's own API (`/moto-api/`) to everyone.
+        health_url=f"{s3}/",
         address=s3,
+        # The key pair it accepts, the clients' own: in its environment, not its command
+        # line, which any user of the host may read.
+        env={
+            "AWS_ACCESS_KEY_ID": values["AWS_ACCESS_KEY_ID"],
+            "AWS_SECRET_ACCESS_KEY": values["AWS_SECRET_ACCESS_KEY"],
+        },
     )
 
 

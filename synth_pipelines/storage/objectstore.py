@@ -4,6 +4,14 @@ Every object is written once. A second write of the same key succeeds only when 
 bytes are identical (an idempotent retry); different bytes under an existing key are
 refused. Reads verify the full-object SHA-256 when the caller knows it, so a changed
 object is detected wherever it is read.
+
+Bulk bytes from operators (task packages) arrive through upload grants without passing
+through the gateway's memory: an S3 store hands out presigned create-only PUTs bound to
+the SHA-256 (`S3ObjectStore.presigned_put`); the local store takes the bytes in pieces
+into a file beside their key (`LocalObjectStore.incoming`). Either way `measure` hashes
+what was stored, read in pieces, before anything refers to it. Bulk bytes leave the same
+way: a presigned GET (`S3ObjectStore.presigned_get`), or the local file streamed by the
+gateway (`LocalObjectStore.file`).
 """
 
 from __future__ import annotations
@@ -12,7 +20,7 @@ import base64
 import hashlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -44,8 +52,26 @@ class ObjectRef:
         return {"key": self.key, "sha256": self.sha256, "size": self.size}
 
 
+READ_CHUNK = 1 << 20
+"""How much of an object is held at once while it is hashed."""
+
+
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def _measured(key: str, chunks: Iterable[bytes]) -> ObjectRef:
+    digest, size = hashlib.sha256(), 0
+    for chunk in chunks:
+        digest.update(chunk)
+        size += len(chunk)
+    return ObjectRef(key, digest.hexdigest(), size)
+
+
+def _file_chunks(path: Path) -> Iterator[bytes]:
+    with path.open("rb") as handle:
+        while chunk := handle.read(READ_CHUNK):
+            yield chunk
 
 
 def _check_key(key: str) -> str:
@@ -62,6 +88,13 @@ class ObjectStore(Protocol):
     def get(self, key: str, expected_sha256: str | None = None) -> bytes: ...
 
     def head(self, key: str) -> ObjectRef | None: ...
+
+    def measure(self, key: str) -> ObjectRef | None:
+        """The object's size and the SHA-256 of its stored bytes, read in pieces (never
+        a checksum someone declared for them); None when there is none. Bytes the store
+        itself finds unlike the checksum they were uploaded with raise
+        `ObjectIntegrityError`."""
+        ...
 
     def list(self, prefix: str) -> Iterator[str]: ...
 
@@ -119,11 +152,29 @@ class LocalObjectStore:
         return _verified(key, data, expected_sha256)
 
     def head(self, key: str) -> ObjectRef | None:
+        return self.measure(key)
+
+    def measure(self, key: str) -> ObjectRef | None:
         path = self._path(key)
         if not path.is_file():
             return None
-        data = path.read_bytes()
-        return ObjectRef(key, sha256_hex(data), len(data))
+        return _measured(key, _file_chunks(path))
+
+    def file(self, key: str) -> Path:
+        """The file that holds `key`, for streaming it from disk a piece at a time."""
+        path = self._path(key)
+        if not path.is_file():
+            raise ObjectMissingError(f"no object {key!r} in {self.url}")
+        return path
+
+    def incoming(self, key: str) -> IncomingObject:
+        """A file beside `key` to receive its bytes in pieces (`IncomingObject`); refused
+        at once when an object holds the key already."""
+        path = self._path(key)
+        if path.exists():
+            raise ObjectExistsError(f"object {key!r} already exists; objects are written once")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return IncomingObject(key, path)
 
     def list(self, prefix: str) -> Iterator[str]:
         base = self.root / prefix if prefix else self.root
@@ -135,6 +186,51 @@ class LocalObjectStore:
 
     def uri(self, key: str) -> str:
         return f"file://{self._path(key)}"
+
+
+class IncomingObject:
+    """An object arriving in pieces: each is hashed and written to a temporary file beside
+    its key, which becomes the object only if the whole is what was promised, and only if
+    no object holds the key yet (a hard link, as `put` makes)."""
+
+    def __init__(self, key: str, path: Path) -> None:
+        self.key = key
+        self.size = 0
+        self._path = path
+        fd, staged = tempfile.mkstemp(dir=path.parent, prefix=".put-")
+        self._staged = Path(staged)
+        self._handle = os.fdopen(fd, "wb")
+        self._digest = hashlib.sha256()
+
+    def write(self, chunk: bytes) -> None:
+        self._digest.update(chunk)
+        self._handle.write(chunk)
+        self.size += len(chunk)
+
+    def publish(self, sha256: str) -> ObjectRef:
+        """Make the received bytes the object, if they hash to `sha256` and the key is
+        free; either refusal leaves nothing under the key."""
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+        self._handle.close()
+        received = self._digest.hexdigest()
+        if received != sha256:
+            raise ObjectIntegrityError(
+                f"the bytes sent for {self.key!r} hash to sha256 {received}, not the "
+                f"{sha256} they were granted for"
+            )
+        try:
+            os.link(self._staged, self._path)
+        except FileExistsError:
+            raise ObjectExistsError(
+                f"object {self.key!r} already exists; objects are written once"
+            ) from None
+        return ObjectRef(self.key, received, self.size)
+
+    def discard(self) -> None:
+        """Remove the temporary file, published or not."""
+        self._handle.close()
+        self._staged.unlink(missing_ok=True)
 
 
 class S3ObjectStore:
@@ -150,7 +246,13 @@ class S3ObjectStore:
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.url = f"s3://{bucket}/{self.prefix}".rstrip("/")
-        self.client = boto3.client("s3", endpoint_url=endpoint_url)
+        from botocore.config import Config
+
+        # Signature version 4 for presigned URLs too, which sign the headers they bind
+        # (botocore presigns S3 URLs with version 2 unless told).
+        self.client = boto3.client(
+            "s3", endpoint_url=endpoint_url, config=Config(signature_version="s3v4")
+        )
 
     def _full(self, key: str) -> str:
         _check_key(key)
@@ -199,6 +301,59 @@ class S3ObjectStore:
         except ClientError:
             return None
         return ObjectRef(key, meta.get("Metadata", {}).get("sha256", ""), meta["ContentLength"])
+
+    def measure(self, key: str) -> ObjectRef | None:
+        # The server's checksum of a presigned upload is only what its uploader declared
+        # where the server does not check it (moto stores it unchecked), so the bytes are
+        # hashed as they stream by; botocore checks them against that checksum too.
+        from botocore.exceptions import ClientError, FlexibleChecksumError
+
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=self._full(key))["Body"]
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                return None
+            raise
+        try:
+            return _measured(key, body.iter_chunks(READ_CHUNK))
+        except FlexibleChecksumError:
+            raise ObjectIntegrityError(
+                f"object {key!r} does not match the SHA-256 checksum it was uploaded with"
+            ) from None
+
+    def presigned_put(self, key: str, sha256: str, expires_sec: int) -> tuple[str, dict[str, str]]:
+        """A URL that PUTs `key` once, for `expires_sec`: `If-None-Match: *` (create-only)
+        and the SHA-256 checksum are among its signed headers, so the uploader must send
+        them as given (the returned headers) and cannot change them."""
+        checksum = base64.b64encode(bytes.fromhex(sha256)).decode()
+        url = self.client.generate_presigned_url(
+            "put_object",
+            Params={
+                "Bucket": self.bucket,
+                "Key": self._full(key),
+                "ChecksumAlgorithm": "SHA256",
+                "ChecksumSHA256": checksum,
+                "IfNoneMatch": "*",
+                "Metadata": {"sha256": sha256},
+            },
+            ExpiresIn=expires_sec,
+        )
+        headers = {
+            "If-None-Match": "*",
+            "x-amz-checksum-sha256": checksum,
+            "x-amz-sdk-checksum-algorithm": "SHA256",
+            "x-amz-meta-sha256": sha256,
+        }
+        return str(url), headers
+
+    def presigned_get(self, key: str, expires_sec: int) -> str:
+        """A URL that GETs `key` for `expires_sec`, signed (version 4) for nothing else."""
+        url = self.client.generate_presigned_url(
+            "get_object",
+            Params={"Bucket": self.bucket, "Key": self._full(key)},
+            ExpiresIn=expires_sec,
+        )
+        return str(url)
 
     def list(self, prefix: str) -> Iterator[str]:
         paginator = self.client.get_paginator("list_objects_v2")

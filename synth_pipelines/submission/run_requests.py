@@ -21,7 +21,6 @@ from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.contracts.run_spec import DatasetPin, RunRequest
 from synth_pipelines.contracts.validation_errors import describe_validation_error
 from synth_pipelines.control.ownership import (
-    NotOwnerError,
     UnknownCheckpointError,
     owned_checkpoint,
 )
@@ -93,12 +92,16 @@ def read_profile(
             return get_profile(engine, value).pinned
         except ProfileError as error:
             raise SubmissionError(f"{what}: {error}") from None
-    document = read_json_argument(value, what, base_dir)
+    return pinned_document(read_json_argument(value, what, base_dir), what, value)
+
+
+def pinned_document(document: dict[str, Any], what: str, source: str) -> PinnedProfile:
+    """The profile `document` (read from `source`), checked as one a run can launch."""
     try:
         pinned = PinnedProfile.from_document(document)
         check_launchable(pinned.profile())
     except ValidationError as error:
-        raise _explain(error, what, value) from None
+        raise _explain(error, what, source) from None
     except ProfileError as error:
         raise SubmissionError(f"{what}: {error}") from None
     return pinned
@@ -110,7 +113,7 @@ def check_checkpoint_owner(engine: Engine, model: str | None, owner: str, what: 
         return
     try:
         owned_checkpoint(engine, model, owner)
-    except (NotOwnerError, UnknownCheckpointError) as error:
+    except UnknownCheckpointError as error:
         raise SubmissionError(f"{what}: {error}") from None
 
 
@@ -212,14 +215,15 @@ def submit_run(
     idempotency_key: str | None = None,
     base_dir: Path | None = None,
     *,
+    org: str,
     models: ModelCheck,
 ) -> tuple[RunRecord, bool]:
-    """Accept the submission as a run; returns (run, created). A known key returns its run
-    without asking again whether its model is served."""
+    """Accept the submission as a run of `owner` in `org`; returns (run, created). A known
+    key returns its run without asking again whether its model is served."""
     request = build_run_request(engine, submission, owner, base_dir)
 
     def before_create() -> None:
         require_served(request, models)
         register_profiles(engine, request)
 
-    return accept_run(engine, request, idempotency_key, before_create=before_create)
+    return accept_run(engine, request, idempotency_key, before_create=before_create, org=org)

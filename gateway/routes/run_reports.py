@@ -1,0 +1,88 @@
+"""What a run produced, as its owner reads it: results (`synth run show`), the per-batch
+series (`synth run metrics`) and the checkpoints a training run committed.
+
+Results are answered from the document kept with the fingerprint of what it was built
+from (`control/run_documents.py`) while nothing it reads has changed, so polling a large
+run costs a fingerprint, not a rebuild.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+
+from gateway.auth import Viewer
+from gateway.openapi import refusals
+from gateway.routes.runs import owned
+from gateway.state import State
+from synth_pipelines.contracts.checkpoint import Checkpoint
+from synth_pipelines.contracts.documents import (
+    AssessmentComparison,
+    RunMetricsDocument,
+    RunProgressDocument,
+    RunResultsDocument,
+    printed,
+)
+from synth_pipelines.control.checkpoints import run_checkpoints
+from synth_pipelines.control.run_documents import (
+    current_fingerprint,
+    kept_document,
+    store_run_document,
+)
+from synth_pipelines.control.runs import get_run
+from synth_pipelines.runtime.run_progress import run_progress
+from synth_pipelines.runtime.run_reports import (
+    assessments_document,
+    metrics_document,
+    results_document,
+)
+
+router = APIRouter(prefix="/v1/runs", tags=["runs"])
+JSON = "application/json"
+
+
+@router.get("/{run_id}/results", response_model=RunResultsDocument, responses=refusals(400, 404))
+def results(run_id: str, key: Viewer, state: State) -> Response:
+    """Status, per-task attempts and rewards, pass rate, what stopped the run and, for a
+    training run, what each batch's update did: the document `synth run show --json`
+    prints, byte for byte."""
+    engine, config = state.engine, state.config
+    run_id = owned(engine, run_id, key.owner).run_id
+    # Fingerprint first, then read: a change made while this reads leaves the kept
+    # document marked older than what it holds, so it is built again, never served stale.
+    fingerprint = current_fingerprint(engine, run_id, config.objects_url)
+    text = kept_document(engine, run_id, fingerprint)
+    if text is None:
+        document = results_document(
+            engine, state.store, get_run(engine, run_id), config.dagster_url
+        )
+        text = printed("run show", document)
+        store_run_document(engine, run_id, fingerprint, text)
+    return Response(text, media_type=JSON)
+
+
+@router.get("/{run_id}/metrics", response_model=RunMetricsDocument, responses=refusals(400, 404))
+def metrics(run_id: str, key: Viewer, state: State) -> RunMetricsDocument:
+    """One row per batch: attempts, passes and reward mean, and for a training run what
+    learning did with them."""
+    return metrics_document(state.engine, owned(state.engine, run_id, key.owner))
+
+
+@router.get("/{run_id}/checkpoints", response_model=list[Checkpoint], responses=refusals(400, 404))
+def checkpoints(run_id: str, key: Viewer, state: State) -> list[Checkpoint]:
+    """The checkpoints a training run committed, one per batch, with their lineage."""
+    return run_checkpoints(state.engine, owned(state.engine, run_id, key.owner).run_id)
+
+
+@router.get(
+    "/{run_id}/assessments", response_model=AssessmentComparison, responses=refusals(400, 404)
+)
+def assessments(run_id: str, key: Viewer, state: State) -> AssessmentComparison:
+    """Every assessor of the run's work (its regrades) and how often they agree."""
+    return assessments_document(state.engine, state.store, owned(state.engine, run_id, key.owner))
+
+
+@router.get("/{run_id}/progress", response_model=RunProgressDocument, responses=refusals(400, 404))
+def progress(run_id: str, key: Viewer, state: State) -> RunProgressDocument:
+    """The run's counts so far: batches, attempts and passes, the last update's reward."""
+    return run_progress(state.engine, owned(state.engine, run_id, key.owner))

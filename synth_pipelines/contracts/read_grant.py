@@ -1,0 +1,37 @@
+"""Read grants: how an operator's bulk data (a run's exported table) leaves the platform
+without passing through the gateway's memory.
+
+A grant (`ReadGrant`) is a URL the object's bytes are fetched from once the gateway has
+checked that the object is under one of the key owner's runs: the object store's own
+presigned GET, or the gateway's `GET /v1/downloads/{grant}` streaming a local store's file.
+The signed claims (`ReadClaims`) travel in the latter's URL, so it needs no API key.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict
+
+
+class ReadClaims(BaseModel):
+    """What a read grant allows, signed by the gateway: its owner may read `key` (`size`
+    bytes hashing to `sha256`) until `expires_at`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    owner: str
+    key: str
+    sha256: str
+    size: int
+    expires_at: datetime
+
+
+class ReadGrant(BaseModel):
+    key: str
+    sha256: str
+    """What the downloaded bytes must hash to: the reader checks it."""
+    size: int
+    url: str
+    """Where to GET the bytes, without the API key."""
+    expires_at: datetime
