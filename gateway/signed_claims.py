@@ -11,8 +11,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+from datetime import UTC, datetime
 
 from pydantic import BaseModel, ValidationError
+
+from synth_pipelines.contracts.object_claims import ObjectClaims
 
 
 class SignatureRefusedError(Exception):
@@ -51,3 +54,13 @@ def verified[Claims: BaseModel](
         return claims_type.model_validate_json(payload)
     except ValidationError:
         raise SignatureRefusedError("its claims do not parse") from None
+
+
+def standing[Claims: ObjectClaims](
+    secret: bytes, label: bytes, token: str, claims_type: type[Claims], now: datetime | None
+) -> Claims:
+    """`verified`, and not expired at `now` (default: this moment)."""
+    claims = verified(secret, label, token, claims_type)
+    if claims.expires_at <= (now or datetime.now(UTC)):
+        raise SignatureRefusedError(f"it expired at {claims.expires_at.isoformat()}")
+    return claims

@@ -9,7 +9,6 @@ refused on every read and steer."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import PROJECT_ROOT, SAMPLE_DATASET
+from tests.embedded_environment import embedded_environment
 from tests.production_services import free_port
 from tests.second_machine import SecondMachine, second_machine
 
@@ -26,23 +26,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 SYNTH = str(Path(sys.executable).parent / "synth")
 LOOPBACK_SERVICES = ("SYNTH_DAGSTER_URL", "SYNTH_PROXY_URL", "SYNTH_MODEL_SERVICE_URL")
 TASKS = ("add-default-argument", "fix-backup-script")
-
-
-def _host_env(tmp_path: Path) -> dict[str, str]:
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    shutil.copy(PROJECT_ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
-    inherited = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(("SYNTH_", "DAGSTER_", "TINKER_"))
-    }
-    return {
-        **inherited,
-        "SYNTH_DATA_DIR": str(tmp_path / "state"),
-        "DAGSTER_HOME": str(home),
-        **{variable: f"http://127.0.0.1:{free_port()}" for variable in LOOPBACK_SERVICES},
-    }
 
 
 def _host(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
@@ -62,7 +45,7 @@ def _given(machine: SecondMachine, name: str, source: Path) -> Path:
 
 
 def test_another_machine_publishes_runs_and_reads_through_the_gateway_alone(tmp_path):
-    env = _host_env(tmp_path)
+    env = embedded_environment(tmp_path, LOOPBACK_SERVICES)
     with second_machine(tmp_path / "member", Path(env["SYNTH_DATA_DIR"])) as machine:
         port = free_port()
         gateway_url = f"https://{machine.host_address}:{port}"

@@ -8,7 +8,6 @@ of all those processes are read from the kernel.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import PROJECT_ROOT
+from tests.embedded_environment import embedded_environment
 from tests.listening_sockets import listeners, session_processes
-from tests.production_services import free_port
 
 SYNTH = str(Path(sys.executable).parent / "synth")
 ADDRESSES = (
@@ -30,20 +29,7 @@ ADDRESSES = (
 
 @pytest.fixture
 def embedded_env(tmp_path: Path) -> dict[str, str]:
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text((PROJECT_ROOT / "dagster_home" / "dagster.yaml").read_text())
-    inherited = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(("SYNTH_", "DAGSTER_", "TINKER_"))
-    }
-    return {
-        **inherited,
-        "SYNTH_DATA_DIR": str(tmp_path / "state"),
-        "DAGSTER_HOME": str(home),
-        **{variable: f"http://127.0.0.1:{free_port()}" for variable in ADDRESSES},
-    }
+    return embedded_environment(tmp_path, ADDRESSES)
 
 
 def _synth(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:

@@ -11,20 +11,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
+
+from synth_pipelines.contracts.object_claims import ObjectClaims
 
 
-class ReadClaims(BaseModel):
-    """What a read grant allows, signed by the gateway: its owner may read `key` (`size`
-    bytes hashing to `sha256`) until `expires_at`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    owner: str
-    key: str
-    sha256: str
-    size: int
-    expires_at: datetime
+class ReadClaims(ObjectClaims):
+    """What a read grant allows: its owner may read the object."""
 
 
 class ReadGrant(BaseModel):

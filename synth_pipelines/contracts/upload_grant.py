@@ -14,6 +14,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from synth_pipelines.contracts.dataset import DIGEST_PATTERN
+from synth_pipelines.contracts.object_claims import ObjectClaims
 
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
 
@@ -37,21 +38,13 @@ class GrantRequest(BaseModel):
     tasks: list[PackageToUpload] = Field(min_length=1, max_length=100_000)
 
 
-class GrantClaims(BaseModel):
-    """What a grant allows, signed by the gateway: its owner may store `key` once, with
-    exactly `size` bytes hashing to `sha256`, until `expires_at`, as the task `task` of
-    the dataset `dataset`."""
+class GrantClaims(ObjectClaims):
+    """What an upload grant allows: its owner may store the object once, with exactly
+    its bytes, as the task `task` (Harbor digest `digest`) of the dataset `dataset`."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    owner: str
     dataset: str
     task: str
     digest: str
-    key: str
-    sha256: str
-    size: int
-    expires_at: datetime
 
 
 class PackageGrant(BaseModel):
