@@ -1,6 +1,6 @@
 """The Dagster instance outside a Dagster process: its storage created before the services
-start, and what the CLI tells it directly (partitions and materializations it wrote itself,
-runs to stop)."""
+start, and what the platform tells it directly (partitions and materializations it wrote
+itself)."""
 
 from __future__ import annotations
 
@@ -51,23 +51,3 @@ def report_dataset_published(
             },
         )
     )
-
-
-def terminate_batch_runs(home: Path, run_id: str) -> list[str]:
-    """Terminate the queued or running Dagster runs of a synth run's batches."""
-    instance = dagster_instance(home)
-    active = instance.get_runs(
-        filters=dg.RunsFilter(
-            tags={"synth/run": run_id},
-            statuses=[
-                dg.DagsterRunStatus.QUEUED,
-                dg.DagsterRunStatus.NOT_STARTED,
-                dg.DagsterRunStatus.STARTING,
-                dg.DagsterRunStatus.STARTED,
-            ],
-        )
-    )
-    for run in active:
-        instance.report_run_canceling(run)
-        instance.run_launcher.terminate(run.run_id)
-    return [run.run_id for run in active]

@@ -68,3 +68,24 @@ def gateway(proxy_url: str = "http://proxy.invalid", **config: Any) -> Iterator[
 
 def bearer(key: str) -> dict[str, str]:
     return {"authorization": f"Bearer {key}"}
+
+
+@contextmanager
+def s3_gateway(s3_server: Any, bucket: str, patch: Any) -> Iterator[Gateway]:
+    """The gateway over an S3 object store (moto's server, a fresh `bucket` in it), as a
+    production one is, with this process holding the store's credentials."""
+    from tests.production_services import S3_CREDENTIALS
+
+    for name, value in S3_CREDENTIALS.items():
+        patch.setenv(name, value)
+    created = s3_server.create_bucket(bucket)
+    settings = Settings()
+    engine = control_engine(settings)
+    create_tables(engine)
+    config = replace(
+        gateway_config(settings),
+        objects_url=f"s3://{created}/platform",
+        s3_endpoint_url=s3_server.endpoint_url,
+    )
+    with serving(create_app(config)) as url:
+        yield Gateway(url, engine, config.key_secret)

@@ -10,7 +10,6 @@ import hashlib
 import os
 import secrets
 from collections.abc import Iterator
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -18,20 +17,17 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from gateway.app import create_app
 from gateway.read_grants import sign_read, verify_read
 from gateway.server import gateway_config
 from synth_pipelines.cli.main import app
 from synth_pipelines.config import Settings
 from synth_pipelines.contracts.read_grant import ReadClaims, ReadGrant
 from synth_pipelines.contracts.run_record import RunRecord
-from synth_pipelines.control.database import control_engine, create_tables
+from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import record_event
 from synth_pipelines.storage.objectstore import LocalObjectStore, open_object_store, sha256_hex
-from synth_pipelines.tinker_local.server import serving
 from tests.gateway_process import gateway_process, peak_rss
-from tests.gateway_support import Gateway, bearer, gateway
-from tests.production_services import S3_CREDENTIALS
+from tests.gateway_support import Gateway, bearer, gateway, s3_gateway
 
 
 def _export(url: str, key: str, run_id: str, what: str = "outcomes") -> httpx.Response:
@@ -130,19 +126,8 @@ def test_bob_neither_exports_nor_shows_alices_attempts(served: Gateway):
 
 
 def test_an_s3_read_grant_is_a_presigned_get_of_the_stored_bytes(state, s3_server, monkeypatch):
-    for name, value in S3_CREDENTIALS.items():
-        monkeypatch.setenv(name, value)
-    bucket = s3_server.create_bucket("reads")
-    settings = Settings()
-    engine = control_engine(settings)
-    create_tables(engine)
-    config = replace(
-        gateway_config(settings),
-        objects_url=f"s3://{bucket}/platform",
-        s3_endpoint_url=s3_server.endpoint_url,
-    )
-    with serving(create_app(config)) as url:
-        served = Gateway(url, engine, config.key_secret)
+    with s3_gateway(s3_server, "reads", monkeypatch) as served:
+        url = served.url
         alice, bob = served.key("alice"), served.key("bob")
         run = served.run("alice")
         assert _export(url, bob, run.run_id).status_code == 404

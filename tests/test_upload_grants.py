@@ -13,7 +13,6 @@ import secrets
 import shutil
 import subprocess
 from collections.abc import Iterator
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -21,20 +20,16 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from gateway.app import create_app
-from gateway.server import gateway_config
 from gateway.upload_grants import sign_grant
 from synth_pipelines.cli.main import app
 from synth_pipelines.config import Settings
 from synth_pipelines.contracts.upload_grant import GrantClaims
-from synth_pipelines.control.database import control_engine, create_tables
+from synth_pipelines.control.database import control_engine
 from synth_pipelines.registry.datasets import get_dataset, read_page
 from synth_pipelines.storage.objectstore import open_object_store, sha256_hex
-from synth_pipelines.tinker_local.server import serving
 from tests.conftest import PROJECT_ROOT, SAMPLE_DATASET
 from tests.gateway_process import SYNTH, gateway_process, peak_rss
-from tests.gateway_support import Gateway, bearer, gateway
-from tests.production_services import S3_CREDENTIALS
+from tests.gateway_support import Gateway, bearer, gateway, s3_gateway
 
 DATASET = {"name": "t/grants", "version": "v1"}
 
@@ -188,22 +183,10 @@ def test_a_viewer_key_cannot_publish(cli_gateway, state: Path, tmp_path: Path):
     assert _datasets(cli_gateway.url, viewer) == []
 
 
-@pytest.fixture
-def s3_gateway(state: Path, s3_server, monkeypatch) -> Iterator[Gateway]:
-    """The gateway over an S3 object store (moto's server), as a production one is."""
-    for name, value in S3_CREDENTIALS.items():
-        monkeypatch.setenv(name, value)
-    bucket = s3_server.create_bucket("grants")
-    settings = Settings()
-    engine = control_engine(settings)
-    create_tables(engine)
-    config = replace(
-        gateway_config(settings),
-        objects_url=f"s3://{bucket}/platform",
-        s3_endpoint_url=s3_server.endpoint_url,
-    )
-    with serving(create_app(config)) as url:
-        yield Gateway(url, engine, config.key_secret)
+@pytest.fixture(name="s3_gateway")
+def s3_gateway_fixture(state: Path, s3_server, monkeypatch) -> Iterator[Gateway]:
+    with s3_gateway(s3_server, "grants", monkeypatch) as served:
+        yield served
 
 
 def test_an_s3_grant_is_a_presigned_create_only_put_bound_to_the_sha256(s3_gateway: Gateway):
