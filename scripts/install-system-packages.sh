@@ -5,8 +5,7 @@ set -euo pipefail
 project="$(cd "$(dirname "$0")/.." && pwd)"
 declare -A needed=(
   [bwrap]=bubblewrap [pg_ctlcluster]=postgresql [node]=nodejs [npm]=npm
-  [nginx]=nginx-light [envsubst]=gettext-base [mkfs.ext4]=e2fsprogs
-  [mmdebstrap]=mmdebstrap [dockerd]=docker.io [chromium]=chromium
+  [mkfs.ext4]=e2fsprogs [mmdebstrap]=mmdebstrap [dockerd]=docker.io [chromium]=chromium
 )
 missing=()
 for command in "${!needed[@]}"; do

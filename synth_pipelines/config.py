@@ -64,11 +64,6 @@ class Settings(BaseSettings):
         f"loopback; its path is the webserver's path prefix, `{DAGSTER_UI_PATH}`, under "
         "which the gateway serves the UI to admins.",
     )
-    dagster_token: SecretStr | None = Field(
-        default=None,
-        description="The operator token the authenticating proxy in front of a production "
-        "Dagster webserver checks (sent as `Authorization: Bearer`); unset for the embedded one.",
-    )
     proxy_url: str = "http://127.0.0.1:8200"
     gateway_url: str = Field(
         default=state_locations.DEFAULT_GATEWAY_URL,

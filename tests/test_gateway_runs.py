@@ -1,5 +1,6 @@
 """Through the gateway an owner reads their runs and follows their events; another
-owner's run is answered exactly as one that does not exist (404), on every route."""
+owner's run is answered exactly as one that does not exist (404), on every route. A run's
+Dagster link is on the address the gateway was reached at."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import time
 
 import httpx
 
+from synth_pipelines.contracts.documents import dagster_runs_url
 from synth_pipelines.control.events import record_event
 from synth_pipelines.control.runs import transition
 from tests.gateway_support import bearer, gateway
@@ -37,6 +39,23 @@ def test_an_owner_sees_their_runs_and_another_owners_are_404_like_none(state):
         )
         bad = httpx.get(f"{gw.url}/v1/runs", headers=bearer(alice), params={"status": "done"})
         assert bad.status_code == 400 and "status 'done' is not one of" in bad.text
+
+
+def test_a_runs_dagster_link_is_on_the_address_the_gateway_was_reached_at(state):
+    with gateway() as gw:
+        alice = gw.key("alice", role="viewer")
+        run = gw.run("alice")
+        # Twice each, alternating: the results document kept for one address is never the
+        # answer at the other.
+        for base in (gw.url, "http://gateway.example:8443") * 2:
+            headers = {**bearer(alice), "host": base.removeprefix("http://")}
+            link = dagster_runs_url(f"{base}/dagster", run.run_id)
+            for path in ("", f"/{run.run_id}", f"/{run.run_id}/results"):
+                answer = httpx.get(f"{gw.url}/v1/runs{path}", headers=headers)
+                assert answer.status_code == 200, answer.text
+                document = answer.json()
+                shown = document[0] if isinstance(document, list) else document
+                assert shown["dagster_url"] == link, (base, path)
 
 
 def test_a_followed_run_streams_each_event_within_a_second_and_ends_with_it(state):

@@ -1,7 +1,8 @@
 """Organizations' admission limits: an admin sets them through the gateway; a run over its
 organization's run limit waits in line and starts when one of its runs ends; an attempt
 over its organization's attempt limit waits for one of them to finish, in any worker
-pool; two organizations never share a limit; `synth pool show` lists each one's line.
+pool; two organizations never share a limit; `synth pool show` lists each one's line to
+an admin, and to any other key its own organization's only.
 
 Everything is real: the control database (SQLite, and PostgreSQL where processes race),
 the gateway under uvicorn, the batch gate evaluated against a Dagster instance, separate
@@ -27,7 +28,7 @@ from synth_pipelines.config import Settings
 from synth_pipelines.contracts.admission_lease import ResourceDemand
 from synth_pipelines.contracts.org_limits import LimitsRequest
 from synth_pipelines.contracts.plan import ResourceBudget
-from synth_pipelines.control.admission_leases import pool_leases
+from synth_pipelines.control.admission_leases import pool_leases, request_lease
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import read_events
 from synth_pipelines.control.org_limits import set_limits
@@ -151,7 +152,7 @@ def test_a_run_over_its_orgs_limit_queues_and_starts_when_another_ends(gw, monke
     assert queued.data["org"] == "lab" and queued.data["limit"] == 1
     assert "waits in line" in queued.data["reason"]
 
-    monkeypatch.setenv("SYNTH_API_KEY", gw.key("dave", role="viewer", org="mill"))
+    monkeypatch.setenv("SYNTH_API_KEY", gw.key("root", role="admin", org="ops"))
     shown = cli("pool", "show", "--json")
     assert shown.exit_code == 0, shown.output
     orgs = {org["limits"]["org"]: org for org in json.loads(shown.stdout)["orgs"]}
@@ -174,6 +175,35 @@ def test_a_run_over_its_orgs_limit_queues_and_starts_when_another_ends(gw, monke
     assert read_events(engine, run_id=second.run_id, kinds=("run.admitted",))
     result, _ = _tick(cursor)
     assert _launched(result) == set()
+
+
+def test_a_key_below_admin_sees_only_its_own_orgs_line_in_the_pool(gw):
+    from tests.gateway_support import bearer
+
+    engine = control_engine(Settings())
+    pool = WorkerPool.configured(Settings())
+    lab, mill = gw.run("alice", org="lab").run_id, gw.run("carol", org="mill").run_id
+    for run_id in (lab, mill):
+        request_lease(
+            engine, pool.name, "worker", DEMAND, pool.lease_ttl, run_id=run_id, attempt_id=run_id
+        )
+
+    def shown(key: str) -> tuple[dict[str, list[str]], set[str], object]:
+        answer = httpx.get(f"{gw.url}/v1/pool", headers=bearer(key))
+        assert answer.status_code == 200, answer.text
+        document = answer.json()
+        queued = {org["limits"]["org"]: org["queued_runs"] for org in document["orgs"]}
+        leased = {lease["run_id"] for lease in document["held"] + document["waiting"]}
+        return queued, leased, (document["limits"], document["use"])
+
+    admin_queued, admin_leases, pool_as_a_whole = shown(gw.key("root", role="admin", org="ops"))
+    assert (admin_queued, admin_leases) == ({"lab": [lab], "mill": [mill]}, {lab, mill})
+    for role in ("viewer", "operator"):
+        assert shown(gw.key("dave", role=role, org="mill")) == (
+            {"mill": [mill]},
+            {mill},
+            pool_as_a_whole,
+        )
 
 
 def test_attempts_over_their_orgs_limit_wait_for_one_to_finish(gw):

@@ -176,7 +176,7 @@ def test_ctrl_c_stops_the_waiting_and_the_regrade_goes_on(regraded):
     (said,) = interrupted.stderr.splitlines()
     assert said == (
         f"stopped waiting; regrade {regrade.regrade_id} of {run_id} goes on: follow it at "
-        f"{Settings().dagster_url}/runs/b/{regrade.backfill_id}, then compare with "
+        f"{Settings().gateway_url}/dagster/runs/b/{regrade.backfill_id}, then compare with "
         f"`synth run show {run_id} --assessments`"
     )
     assert regrade.assessor == "task-verifier" and regrade.backfill_id
@@ -192,7 +192,7 @@ def test_ctrl_c_stops_the_waiting_and_the_regrade_goes_on(regraded):
         f"regrade {regrade.regrade_id} assessing every batch",
         timeout=120,
     )
-    assert backfill_status(DagsterWebserver.of(Settings()), regrade.backfill_id) not in (
+    assert backfill_status(DagsterWebserver(Settings().dagster_url), regrade.backfill_id) not in (
         "CANCELED",
         "CANCELING",
     )

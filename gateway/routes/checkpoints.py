@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query
 
 from gateway.auth import Viewer
 from gateway.openapi import refusals
-from gateway.routes.runs import owned
+from gateway.owned_runs import owned
 from gateway.state import State
 from synth_pipelines.contracts.api_errors import ApiError
 from synth_pipelines.contracts.checkpoint import Checkpoint

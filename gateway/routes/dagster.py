@@ -43,6 +43,11 @@ GRAPHQL = f"{UI_PATH}/graphql"
 RECHECK_SEC = 30.0
 
 
+def dagster_ui_url(gateway_url: str) -> str:
+    """The Dagster UI as a client that reached the gateway at `gateway_url` opens it."""
+    return gateway_url.rstrip("/") + UI_PATH
+
+
 def upstream_client() -> httpx.AsyncClient:
     """The pooled client to the webserver: no overall deadline on a streamed answer, only
     on each wait for it."""

@@ -7,9 +7,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.auth import Operator, Viewer
 from gateway.openapi import refusals
-from gateway.routes.runs import owned
+from gateway.owned_runs import SteeredRun, ViewedRun
 from gateway.state import State
 from synth_pipelines.contracts.api_errors import ApiError
 from synth_pipelines.contracts.policy_update import PolicyUpdate
@@ -35,17 +34,16 @@ class UpdateResolution(BaseModel):
 
 
 @router.get("/{run_id}/unresolved", response_model=list[PolicyUpdate], responses=refusals(400, 404))
-def unresolved(run_id: str, key: Viewer, state: State) -> list[PolicyUpdate]:
+def unresolved(run: ViewedRun, state: State) -> list[PolicyUpdate]:
     """The run's unresolved policy update, if it stopped at one (none: an empty list)."""
-    return unresolved_updates(state.engine, owned(state.engine, run_id, key.owner).run_id)
+    return unresolved_updates(state.engine, run.run_id)
 
 
 @router.post("/{run_id}/resolution", response_model=PolicyUpdate, responses=refusals(400, 403, 404))
-def resolution(run_id: str, body: UpdateResolution, key: Operator, state: State) -> PolicyUpdate:
+def resolution(run: SteeredRun, body: UpdateResolution, state: State) -> PolicyUpdate:
     """Resolve the run's unresolved update: applied (with the state saved after it) or
     discarded; refused when the run has none."""
-    run_id = owned(state.engine, run_id, key.owner).run_id
     try:
-        return resolve(state.engine, run_id, applied_state=body.applied_state, note=body.note)
+        return resolve(state.engine, run.run_id, applied_state=body.applied_state, note=body.note)
     except UnresolvedUpdateError as refused:
         raise ApiError("invalid_request_error", str(refused)) from None

@@ -7,18 +7,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Engine
 
-from gateway.auth import Operator, Viewer
 from gateway.openapi import refusals
-from gateway.routes.runs import owned
+from gateway.owned_runs import SteeredRun, ViewedRun
+from gateway.routes.dagster import dagster_ui_url
 from gateway.state import State
 from synth_pipelines.contracts.api_errors import ApiError
 from synth_pipelines.contracts.documents import RegradeDocument, RunProgressDocument
 from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.contracts.regrade import Regrade
+from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.contracts.run_submission import ProfileArgument
 from synth_pipelines.control.regrades import get_regrade
 from synth_pipelines.runtime.regrade import RegradeRefusedError
@@ -60,12 +61,13 @@ def _unavailable(error: DagsterUnavailableError) -> ApiError:
 @router.post(
     "/{run_id}/regrades", response_model=RegradeDocument, responses=refusals(400, 403, 404, 500)
 )
-def regrade(run_id: str, body: RegradeRequest, key: Operator, state: State) -> RegradeDocument:
+def regrade(
+    run: SteeredRun, body: RegradeRequest, state: State, request: Request
+) -> RegradeDocument:
     """Assess the run's retained work again (a backfill of `assessments`); the actor never
     runs. Refused before anything is recorded when a batch has no retained trials or a
     task cannot be regraded."""
     engine, config = state.engine, state.config
-    run = owned(engine, run_id, key.owner)
     try:
         started = request_regrade(
             engine,
@@ -82,14 +84,13 @@ def regrade(run_id: str, body: RegradeRequest, key: Operator, state: State) -> R
     return RegradeDocument(
         **started.model_dump(),
         backfill_status="requested",
-        dagster_url=f"{config.dagster_url}/runs/b/{started.backfill_id}",
+        dagster_url=f"{dagster_ui_url(str(request.base_url))}/runs/b/{started.backfill_id}",
     )
 
 
-def _owned_regrade(state: State, run_id: str, regrade_id: str, owner: str) -> Regrade:
-    run = owned(state.engine, run_id, owner)
+def _regrade_of(engine: Engine, run: RunRecord, regrade_id: str) -> Regrade:
     try:
-        found = get_regrade(state.engine, regrade_id)
+        found = get_regrade(engine, regrade_id)
     except LookupError:
         found = None
     if found is None or found.run_id != run.run_id:
@@ -102,10 +103,10 @@ def _owned_regrade(state: State, run_id: str, regrade_id: str, owner: str) -> Re
     response_model=RunProgressDocument,
     responses=refusals(400, 404, 500),
 )
-def progress(run_id: str, regrade_id: str, key: Viewer, state: State) -> RunProgressDocument:
+def progress(run: ViewedRun, regrade_id: str, state: State) -> RunProgressDocument:
     """The regrade's counts so far (kind "regrade"): batches assessed, attempts counting
     its assessments, status its backfill's as the Dagster webserver reports it."""
-    regrade = _owned_regrade(state, run_id, regrade_id, key.owner)
+    regrade = _regrade_of(state.engine, run, regrade_id)
     if regrade.backfill_id is None:
         # Recorded, but its backfill never launched (`regrade.not_launched` says why).
         status = "NOT_LAUNCHED"

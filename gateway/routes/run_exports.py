@@ -8,8 +8,8 @@ from fastapi import APIRouter, Request
 
 from gateway.auth import Viewer
 from gateway.openapi import refusals
+from gateway.owned_runs import ViewedRun
 from gateway.read_grants import grant_read
-from gateway.routes.runs import owned
 from gateway.state import State
 from synth_pipelines.contracts.api_errors import ApiError
 from synth_pipelines.contracts.run_export import ExportRequest, RunExport
@@ -21,12 +21,11 @@ router = APIRouter(prefix="/v1/runs", tags=["runs"])
 
 @router.post("/{run_id}/exports", response_model=RunExport, responses=refusals(400, 404, 500))
 def export(
-    run_id: str, body: ExportRequest, key: Viewer, state: State, request: Request
+    run: ViewedRun, body: ExportRequest, key: Viewer, state: State, request: Request
 ) -> RunExport:
     """One of the run's tables (outcomes, assessments or captured evidence) as a Parquet
     or CSV file, and a short-lived grant to download it. Evidence that fails its
     integrity check exports nothing (500)."""
-    run = owned(state.engine, run_id, key.owner)
     try:
         exported, stored = export_table(state.engine, state.store, run, body.what, body.format)
     except EvidenceUnreadableError as unreadable:

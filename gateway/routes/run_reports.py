@@ -8,12 +8,12 @@ run costs a fingerprint, not a rebuild.
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from gateway.auth import Viewer
 from gateway.openapi import refusals
-from gateway.routes.runs import owned
+from gateway.owned_runs import ViewedRun
+from gateway.routes.dagster import dagster_ui_url
 from gateway.state import State
 from synth_pipelines.contracts.checkpoint import Checkpoint
 from synth_pipelines.contracts.documents import (
@@ -42,47 +42,50 @@ JSON = "application/json"
 
 
 @router.get("/{run_id}/results", response_model=RunResultsDocument, responses=refusals(400, 404))
-def results(run_id: str, key: Viewer, state: State) -> Response:
+def results(run: ViewedRun, state: State, request: Request) -> Response:
     """Status, per-task attempts and rewards, pass rate, what stopped the run and, for a
     training run, what each batch's update did: the document `synth run show --json`
     prints, byte for byte."""
     engine, config = state.engine, state.config
-    run_id = owned(engine, run_id, key.owner).run_id
+    run_id = run.run_id
+    # The run's Dagster link is on the address this request reached the gateway at, which
+    # differs between callers (loopback, `--listen`'s address, a name in front of it), so
+    # that address is part of the fingerprint: a caller is never served a document kept
+    # with another address in its link, only one built for its own.
+    ui = dagster_ui_url(str(request.base_url))
     # Fingerprint first, then read: a change made while this reads leaves the kept
     # document marked older than what it holds, so it is built again, never served stale.
-    fingerprint = current_fingerprint(engine, run_id, config.objects_url)
+    fingerprint = current_fingerprint(engine, run_id, config.objects_url, ui)
     text = kept_document(engine, run_id, fingerprint)
     if text is None:
-        document = results_document(
-            engine, state.store, get_run(engine, run_id), config.dagster_url
-        )
+        document = results_document(engine, state.store, get_run(engine, run_id), ui)
         text = printed("run show", document)
         store_run_document(engine, run_id, fingerprint, text)
     return Response(text, media_type=JSON)
 
 
 @router.get("/{run_id}/metrics", response_model=RunMetricsDocument, responses=refusals(400, 404))
-def metrics(run_id: str, key: Viewer, state: State) -> RunMetricsDocument:
+def metrics(run: ViewedRun, state: State) -> RunMetricsDocument:
     """One row per batch: attempts, passes and reward mean, and for a training run what
     learning did with them."""
-    return metrics_document(state.engine, owned(state.engine, run_id, key.owner))
+    return metrics_document(state.engine, run)
 
 
 @router.get("/{run_id}/checkpoints", response_model=list[Checkpoint], responses=refusals(400, 404))
-def checkpoints(run_id: str, key: Viewer, state: State) -> list[Checkpoint]:
+def checkpoints(run: ViewedRun, state: State) -> list[Checkpoint]:
     """The checkpoints a training run committed, one per batch, with their lineage."""
-    return run_checkpoints(state.engine, owned(state.engine, run_id, key.owner).run_id)
+    return run_checkpoints(state.engine, run.run_id)
 
 
 @router.get(
     "/{run_id}/assessments", response_model=AssessmentComparison, responses=refusals(400, 404)
 )
-def assessments(run_id: str, key: Viewer, state: State) -> AssessmentComparison:
+def assessments(run: ViewedRun, state: State) -> AssessmentComparison:
     """Every assessor of the run's work (its regrades) and how often they agree."""
-    return assessments_document(state.engine, state.store, owned(state.engine, run_id, key.owner))
+    return assessments_document(state.engine, state.store, run)
 
 
 @router.get("/{run_id}/progress", response_model=RunProgressDocument, responses=refusals(400, 404))
-def progress(run_id: str, key: Viewer, state: State) -> RunProgressDocument:
+def progress(run: ViewedRun, state: State) -> RunProgressDocument:
     """The run's counts so far: batches, attempts and passes, the last update's reward."""
-    return run_progress(state.engine, owned(state.engine, run_id, key.owner))
+    return run_progress(state.engine, run)

@@ -6,9 +6,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.auth import Operator
 from gateway.openapi import refusals
-from gateway.routes.runs import owned
+from gateway.owned_runs import SteeredRun
 from gateway.state import State
 from synth_pipelines.contracts.api_errors import ApiError
 from synth_pipelines.contracts.documents import CancelledRun, ResumedRun
@@ -31,11 +30,11 @@ class CancelRequest(BaseModel):
 
 
 @router.post("/{run_id}/cancel", response_model=CancelledRun, responses=refusals(400, 403, 404))
-def cancel(run_id: str, body: CancelRequest, key: Operator, state: State) -> CancelledRun:
+def cancel(run: SteeredRun, body: CancelRequest, state: State) -> CancelledRun:
     """Stop a run: no further batch is admitted; its batches' Dagster runs in flight are
     terminated through the Dagster webserver (no operator needs the container engine)."""
     engine = state.engine
-    run_id = owned(engine, run_id, key.owner).run_id
+    run_id = run.run_id
     cancelled = cancel_run(engine, run_id, body.reason)
     terminated: list[str] = []
     unreachable = None
@@ -54,12 +53,11 @@ def cancel(run_id: str, body: CancelRequest, key: Operator, state: State) -> Can
 
 
 @router.post("/{run_id}/resume", response_model=ResumedRun, responses=refusals(400, 403, 404))
-def resume(run_id: str, key: Operator, state: State) -> ResumedRun:
+def resume(run: SteeredRun, state: State) -> ResumedRun:
     """Relaunch an interrupted run from its unfinished batch (never past an unresolved
     update)."""
-    run_id = owned(state.engine, run_id, key.owner).run_id
     try:
-        index = resume_run(state.engine, run_id)
+        index = resume_run(state.engine, run.run_id)
     except (RunNotActiveError, UnresolvedUpdateError) as refused:
         raise ApiError("invalid_request_error", str(refused)) from None
-    return ResumedRun(run_id=run_id, resumed_batch=index)
+    return ResumedRun(run_id=run.run_id, resumed_batch=index)

@@ -13,52 +13,35 @@ import time
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
-from sqlalchemy import Engine
 
 from gateway.auth import Operator, Viewer
 from gateway.openapi import refusals
+from gateway.owned_runs import ViewedRun
+from gateway.routes.dagster import dagster_ui_url
 from gateway.state import GatewayState, State
 from synth_pipelines.contracts.api_errors import ApiError
 from synth_pipelines.contracts.documents import AcceptedRun, RunSummary
 from synth_pipelines.contracts.run_event import RunEvent
-from synth_pipelines.contracts.run_record import RunRecord
+from synth_pipelines.contracts.run_record import KINDS, STATUSES
 from synth_pipelines.contracts.run_submission import RunSubmission
 from synth_pipelines.control.events import read_events
 from synth_pipelines.control.runs import (
-    KINDS,
-    STATUSES,
-    AmbiguousRunIdError,
     IdempotencyConflictError,
-    RunNotFoundError,
     get_run,
     list_runs,
-    resolve_run_id,
 )
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
 EVENT_PAGE = 1000
 
 
-def owned(engine: Engine, text: str, owner: str) -> RunRecord:
-    """The run `text` names (a whole id or a unique prefix of the owner's runs), if
-    `owner`'s; otherwise 404, the same for a run of another owner as for none."""
-    try:
-        run = get_run(engine, resolve_run_id(engine, text, owner))
-    except AmbiguousRunIdError as ambiguous:
-        raise ApiError("invalid_request_error", str(ambiguous)) from None
-    except RunNotFoundError:
-        run = None
-    if run is None or run.owner != owner:
-        raise ApiError("not_found_error", f"no run {text!r} of yours; `synth run list` shows them")
-    return run
-
-
 @router.get("", response_model=list[RunSummary], responses=refusals(400))
 def list_(
     key: Viewer,
     state: State,
+    request: Request,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     kind: Annotated[str | None, Query(description=f"One of {', '.join(KINDS)}.")] = None,
     status: Annotated[str | None, Query(description=f"One of {', '.join(STATUSES)}.")] = None,
@@ -70,11 +53,12 @@ def list_(
                 "invalid_request_error", f"{name} {value!r} is not one of {', '.join(choices)}"
             )
     found = list_runs(state.engine, owner=key.owner, limit=limit, kind=kind, status=status)
-    return [RunSummary.of(run, state.config.dagster_url) for run in found]
+    ui = dagster_ui_url(str(request.base_url))
+    return [RunSummary.of(run, ui) for run in found]
 
 
 @router.post("", response_model=AcceptedRun, responses=refusals(400, 403, 409))
-def start(body: RunSubmission, key: Operator, state: State) -> AcceptedRun:
+def start(body: RunSubmission, key: Operator, state: State, request: Request) -> AcceptedRun:
     """Accept a run of the key's owner, in one transaction with its pinned specification,
     its creation event and its idempotency key: the same key with the same request
     answers the same run (`created` false), with another request 409 naming what differs."""
@@ -116,13 +100,14 @@ def start(body: RunSubmission, key: Operator, state: State) -> AcceptedRun:
         raise ApiError("conflict_error", str(conflict)) from None
     except (SubmissionError, DatasetError, ModelNotServedError) as refused:
         raise ApiError("invalid_request_error", str(refused)) from None
-    return AcceptedRun(**RunSummary.of(run, config.dagster_url).model_dump(), created=created)
+    summary = RunSummary.of(run, dagster_ui_url(str(request.base_url)))
+    return AcceptedRun(**summary.model_dump(), created=created)
 
 
 @router.get("/{run_id}", response_model=RunSummary, responses=refusals(400, 404))
-def show(run_id: str, key: Viewer, state: State) -> RunSummary:
+def show(run: ViewedRun, request: Request) -> RunSummary:
     """One of the owner's runs, by its id or a unique prefix of it."""
-    return RunSummary.of(owned(state.engine, run_id, key.owner), state.config.dagster_url)
+    return RunSummary.of(run, dagster_ui_url(str(request.base_url)))
 
 
 @router.get(
@@ -131,8 +116,7 @@ def show(run_id: str, key: Viewer, state: State) -> RunSummary:
     responses={200: {"content": {"text/event-stream": {}}}, **refusals(400, 404)},
 )
 def events(
-    run_id: str,
-    key: Viewer,
+    run: ViewedRun,
     state: State,
     after: Annotated[int, Query(ge=0, description="The cursor (seq) to resume after.")] = 0,
     follow: Annotated[
@@ -143,7 +127,6 @@ def events(
     """The run's events after the cursor, in order; with `follow`, a stream that ends
     once the run has finished and every event is sent (an EventSource reconnecting
     resumes from its `Last-Event-ID`)."""
-    run = owned(state.engine, run_id, key.owner)
     if not follow:
         return read_events(state.engine, run_id=run.run_id, after=after, limit=EVENT_PAGE)
     cursor = int(last_event_id) if last_event_id and last_event_id.isdigit() else after

@@ -12,18 +12,16 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from urllib.parse import quote
 
-import httpx
 from fastapi import APIRouter, Request
 
 from gateway.auth import Operator
 from gateway.openapi import refusals
 from gateway.routes.model_calls import model_calls_url
 from gateway.state import State
+from synth_pipelines.agents.proxy_model import ProxyModelError, proxy_model
 from synth_pipelines.contracts.api_errors import ApiError
 from synth_pipelines.contracts.interactive_session import InteractiveSession, SessionRequest
-from synth_pipelines.contracts.model_info import ModelInfo
 from synth_pipelines.contracts.scoped_token import AttemptScope
 from synth_pipelines.control.interactive_tokens import (
     SESSION_RUN,
@@ -31,7 +29,6 @@ from synth_pipelines.control.interactive_tokens import (
     revoke_session,
 )
 from synth_pipelines.credentials import new_claims, sign_claims
-from synth_pipelines.tls import client_context
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
@@ -55,25 +52,17 @@ def create(
     claims = new_claims(scope, ttl_sec=request.ttl_sec)
     token = sign_claims(config.signing_key, claims)
     try:
-        found = httpx.get(
-            f"{config.proxy_url}/v1/models/{quote(request.model, safe='/:@')}",
-            headers={"x-api-key": token},
-            timeout=30,
-            verify=client_context(),
-        )
-    except httpx.HTTPError as error:
-        raise ApiError(
-            "api_error", f"the capture proxy at {config.proxy_url} is not reachable ({error})"
-        ) from None
-    if found.status_code in (403, 404):
-        raise ApiError(
-            "not_found_error",
-            f"no model {request.model!r} you may sample; `synth model list` and `synth run "
-            "checkpoints RUN` show the models and your checkpoints",
-        )
-    if found.status_code != 200:
-        raise ApiError("api_error", f"the capture proxy answered {found.status_code}")
-    limits = ModelInfo.model_validate(found.json())
+        limits = proxy_model(config.proxy_url, token, request.model, timeout_sec=30)
+    except ProxyModelError as error:
+        if error.status in (403, 404):
+            raise ApiError(
+                "not_found_error",
+                f"no model {request.model!r} you may sample; `synth model list` and `synth run "
+                "checkpoints RUN` show the models and your checkpoints",
+            ) from None
+        if error.status is None:
+            raise ApiError("api_error", str(error)) from None
+        raise ApiError("api_error", f"the capture proxy answered {error.status}") from None
     record_session(state.engine, claims, key.key_id)
     return InteractiveSession(
         token=token,

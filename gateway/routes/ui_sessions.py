@@ -14,6 +14,7 @@ from fastapi.responses import HTMLResponse
 
 from gateway.auth import Admin
 from gateway.openapi import refusals
+from gateway.routes.dagster import dagster_ui_url
 from gateway.state import State
 from gateway.ui_auth import UI_COOKIE, UI_PATH
 from synth_pipelines.contracts.api_errors import ApiError
@@ -38,7 +39,7 @@ def create(key: Admin, state: State, request: Request) -> UiLogin:
     token, expires_at = create_login(state.engine, key.key_id, state.config.ui_login_ttl_sec)
     return UiLogin(
         login_url=str(request.url_for("ui_login", token=token)),
-        ui_url=f"{str(request.base_url).rstrip('/')}{UI_PATH}/",
+        ui_url=f"{dagster_ui_url(str(request.base_url))}/",
         expires_at=datetime.fromtimestamp(expires_at, UTC),
     )
 

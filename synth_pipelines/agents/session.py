@@ -22,7 +22,6 @@ from typing import Protocol, runtime_checkable
 from urllib.parse import urlparse
 from uuid import UUID
 
-import httpx
 from harbor.environments.base import BaseEnvironment
 
 from synth_pipelines.agents.bindings import RuntimeBindings
@@ -30,11 +29,10 @@ from synth_pipelines.agents.engines import engine_runtime
 from synth_pipelines.agents.execute import LaunchResult, execute_launch
 from synth_pipelines.agents.launch import Launch, build_launch
 from synth_pipelines.agents.platform_access import PlatformAccess
-from synth_pipelines.contracts.model_info import ModelInfo
+from synth_pipelines.agents.proxy_model import ProxyModelError, proxy_model
 from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.contracts.scoped_token import AttemptScope, TokenClaims
 from synth_pipelines.control.token_revocations import revoke_token
-from synth_pipelines.tls import client_context
 
 SANDBOX_PROXY_PORT = 8200
 TOKEN_GRACE_SEC = 60
@@ -109,21 +107,10 @@ def signed_token(identity: AttemptIdentity, ttl_sec: int, platform: PlatformAcce
 def model_limits(proxy_url: str, token: str, model: str) -> tuple[int, int]:
     """(context window, output limit) of the bound model, as the proxy serves it."""
     try:
-        found = httpx.get(
-            f"{proxy_url}/v1/models/{model}",
-            headers={"x-api-key": token},
-            timeout=30,
-            verify=client_context(),
-        )
-    except httpx.HTTPError as error:
-        raise ModelUnavailableError(
-            f"the capture proxy at {proxy_url} is not reachable ({error}); start it with "
-            "`synth up` or `synth proxy serve`"
-        ) from None
-    if found.status_code != 200:
-        message = found.json().get("error", {}).get("message", found.text)
-        raise ModelUnavailableError(f"the capture proxy refuses model {model!r}: {message}")
-    entry = ModelInfo.model_validate(found.json())
+        entry = proxy_model(proxy_url, token, model, timeout_sec=30)
+    except ProxyModelError as error:
+        remedy = "; start it with `synth up` or `synth proxy serve`" if error.status is None else ""
+        raise ModelUnavailableError(f"{error}{remedy}") from None
     return entry.max_input_tokens, entry.max_tokens
 
 

@@ -139,6 +139,13 @@ def gateway_sessions(client: GatewayClient) -> OpenSession:
     return open_session
 
 
+def _output_limit(model_limit: int) -> int:
+    """The model's output limit, or the operator's own Claude Code setting
+    (`CLAUDE_CODE_MAX_OUTPUT_TOKENS`) where it asks for less."""
+    asked = os.environ.get("CLAUDE_CODE_MAX_OUTPUT_TOKENS", "")
+    return min(model_limit, int(asked)) if asked.isdigit() and int(asked) > 0 else model_limit
+
+
 def claude(
     ctx: typer.Context,
     model: str = typer.Option(..., "--model", help="A base model or a checkpoint reference."),
@@ -160,7 +167,7 @@ def claude(
         "ANTHROPIC_AUTH_TOKEN": session["token"],
         **dict.fromkeys(MODEL_ALIASES, model),
         "CLAUDE_CODE_MAX_CONTEXT_TOKENS": str(session["context_window"]),
-        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(session["max_output"]),
+        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(_output_limit(session["max_output"])),
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
     }
     env.pop("ANTHROPIC_API_KEY", None)

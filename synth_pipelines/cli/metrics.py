@@ -11,7 +11,7 @@ from synth_pipelines.cli.batch_learning import reward_trend, series_table
 from synth_pipelines.cli.gateway_client import GatewayClient
 from synth_pipelines.cli.output import JSON_OPTION, console, emit, fail, user_errors
 from synth_pipelines.cli.runs import my_run, run_app
-from synth_pipelines.runtime.run_reports import SERIES_FIELDS
+from synth_pipelines.contracts.documents import BatchMetricsDocument
 
 
 @run_app.command("metrics")
@@ -34,7 +34,9 @@ def metrics(
         document = client.request("GET", f"/v1/runs/{run_id}/metrics")
     series = document["batches"]
     if as_csv:
-        writer = csv.DictWriter(sys.stdout, fieldnames=SERIES_FIELDS, lineterminator="\n")
+        writer = csv.DictWriter(
+            sys.stdout, fieldnames=list(BatchMetricsDocument.model_fields), lineterminator="\n"
+        )
         writer.writeheader()
         writer.writerows(series)
         return

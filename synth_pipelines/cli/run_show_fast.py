@@ -3,7 +3,8 @@
 The full command needs typer, pydantic and httpx, whose imports alone take longer than a
 researcher polling a run should wait. The gateway answers a run's results as the document
 `run show --json` prints (`GET /v1/runs/{run}/results`), so here the request is made with
-`urllib` and the answer printed as it came. Anything else (another command, a gateway that
+`http.client` (`urllib.request` imports email, mimetypes and more on top of it) and the
+answer printed as it came. Anything else (another command, a gateway that
 refuses or cannot be reached, TLS checked against the system's authorities, settings this
 path does not read the way the settings do) goes to the full command, which says what is
 wrong.
@@ -15,7 +16,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from synth_pipelines import state_locations
 
@@ -68,27 +69,41 @@ def results_document(run_id: str) -> str | None:
     key = _api_key()
     if key is None:
         return None
-    context = None
-    if url.startswith("https:"):
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or parts.query or parts.fragment:
+        return None
+    import http.client
+
+    connection: http.client.HTTPConnection
+    if parts.scheme == "https":
         authority = _setting("GATEWAY_CA")
         if authority is None:
             return None
         import ssl
 
-        context = ssl.create_default_context(cafile=authority)
-    from urllib.request import Request, urlopen
-
-    request = Request(
-        f"{url}/v1/runs/{quote(run_id, safe='')}/results",
-        headers={"authorization": f"Bearer {key}"},
-    )
+        connection = http.client.HTTPSConnection(
+            parts.netloc,
+            timeout=TIMEOUT_SEC,
+            context=ssl.create_default_context(cafile=authority),
+        )
+    else:
+        connection = http.client.HTTPConnection(parts.netloc, timeout=TIMEOUT_SEC)
     try:
-        with urlopen(request, timeout=TIMEOUT_SEC, context=context) as response:
-            text: str = response.read().decode()
-            return text
-    except (OSError, ValueError):
+        connection.request(
+            "GET",
+            f"{parts.path}/v1/runs/{quote(run_id, safe='')}/results",
+            headers={"authorization": f"Bearer {key}"},
+        )
+        response = connection.getresponse()
+        if response.status != 200:
+            return None
+        text: str = response.read().decode()
+        return text
+    except (OSError, ValueError, http.client.HTTPException):
         # Refused, unreachable or malformed: the full command asks again and says why.
         return None
+    finally:
+        connection.close()
 
 
 def answered(argv: list[str]) -> int | None:

@@ -29,8 +29,7 @@ from synth_pipelines.cli.progress import WAIT_HELP, ProgressDisplay, RunProgress
 from synth_pipelines.config import Settings
 from synth_pipelines.contracts.documents import RunSummary
 from synth_pipelines.contracts.run_event import RunEvent
-from synth_pipelines.contracts.run_record import TERMINAL
-from synth_pipelines.control.runs import KINDS, STATUSES
+from synth_pipelines.contracts.run_record import KINDS, STATUSES, TERMINAL
 
 if TYPE_CHECKING:
     from synth_pipelines.submission.run_requests import Submission

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, get_args
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
+from synth_pipelines.contracts.plan import Plan
 from synth_pipelines.contracts.run_spec import RunSpec
 from synth_pipelines.contracts.stored import JsonText, UtcDateTime
 
 TERMINAL = ("succeeded", "failed", "cancelled")
 """Final states: a run in one of them is never moved again."""
+STATUSES = ("accepted", "running", "interrupted", *TERMINAL)
+KINDS = tuple(
+    get_args(plan.model_fields["kind"].annotation)[0] for plan in get_args(get_args(Plan)[0])
+)
+"""A run's kind is its plan's: eval, execute, train, warm_start."""
 
 
 class RunRecord(BaseModel):

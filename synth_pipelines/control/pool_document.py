@@ -1,5 +1,6 @@
 """What `GET /v1/pool` answers: a worker pool's budget, use and leases, and for every
-organization with limits, runs or leases, what it may hold, holds and waits for."""
+organization with limits, runs or leases, what it may hold, holds and waits for; narrowed
+to one organization, its leases and its row only, the pool's budget and use as a whole."""
 
 from __future__ import annotations
 
@@ -21,7 +22,11 @@ def _view(lease: Lease, now: datetime) -> LeaseView:
     return LeaseView(**lease.model_dump(), expired=lease.expires_at < now)
 
 
-def pool_document(engine: Engine, pool: str, limits: ResourceBudget) -> PoolDocument:
+def pool_document(
+    engine: Engine, pool: str, limits: ResourceBudget, only_org: str | None
+) -> PoolDocument:
+    """The pool's document: every organization's leases and rows, or with `only_org`
+    that organization's only."""
     now = datetime.now(UTC)
     leases = pool_leases(engine, pool)
     held = [lease for lease in leases if lease.state == "held"]
@@ -50,7 +55,10 @@ def pool_document(engine: Engine, pool: str, limits: ResourceBudget) -> PoolDocu
             | set(active)
             | set(waiting_attempts)
         )
+        if only_org is not None:
+            orgs = [org for org in orgs if org == only_org]
         limits_by_org = limits_of(conn, orgs)
+    shown = [lease for lease in leases if only_org in (None, lease.org)]
     return PoolDocument(
         pool=pool,
         limits=limits,
@@ -60,8 +68,8 @@ def pool_document(engine: Engine, pool: str, limits: ResourceBudget) -> PoolDocu
             memory_mb=use.memory_mb,
             storage_mb=use.storage_mb,
         ),
-        held=[_view(lease, now) for lease in held],
-        waiting=[_view(lease, now) for lease in leases if lease.state == "waiting"],
+        held=[_view(lease, now) for lease in shown if lease.state == "held"],
+        waiting=[_view(lease, now) for lease in shown if lease.state == "waiting"],
         orgs=[
             OrgAdmission(
                 limits=limits_by_org[org],

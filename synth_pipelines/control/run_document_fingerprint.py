@@ -1,11 +1,12 @@
 """What `synth run show --json` of a run is computed from, reduced to one digest.
 
 The document is built from the run's row, its stop events (the stop cause), its
-batches' tallies and its policy updates, with the object store's address, by the code of the
-platform's CLI, control, contracts and runtime packages. The digest covers every one of
-those, so a stored document whose digest still matches is exactly what a fresh read
-would print. Standard library only: the start-up path computes it before pydantic or
-SQLAlchemy are loaded, through a DB-API cursor of either database.
+batches' tallies and its policy updates, with the object store's address and the address of
+the Dagster UI its link is on, by the code of the platform's CLI, control, contracts and
+runtime packages. The digest covers every one of those, so a stored document whose digest
+still matches is exactly what a fresh read would print. Standard library only: the
+start-up path computes it before pydantic or SQLAlchemy are loaded, through a DB-API cursor
+of either database.
 """
 
 from __future__ import annotations
@@ -42,10 +43,12 @@ def code_digest() -> str:
     return digest.hexdigest()
 
 
-def run_document_fingerprint(cursor: Any, placeholder: str, run_id: str, objects_url: str) -> str:
+def run_document_fingerprint(
+    cursor: Any, placeholder: str, run_id: str, objects_url: str, dagster_ui_url: str
+) -> str:
     """The digest of everything the run's document reads; `placeholder` is the driver's
     parameter marker (`?` for sqlite3, `%s` for psycopg2)."""
-    digest = hashlib.sha256(f"{code_digest()}\n{objects_url}\n".encode())
+    digest = hashlib.sha256(f"{code_digest()}\n{objects_url}\n{dagster_ui_url}\n".encode())
     for query in QUERIES:
         cursor.execute(query.format(p=placeholder), (run_id,))
         digest.update(repr(cursor.fetchall()).encode())

@@ -10,22 +10,16 @@ import json
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, get_args
+from typing import Any
 
 from sqlalchemy import Engine, select, update
 from sqlalchemy.exc import IntegrityError
 
-from synth_pipelines.contracts.plan import Plan
-from synth_pipelines.contracts.run_record import TERMINAL, RunRecord
+from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.contracts.run_spec import RunRequest, RunSpec
 from synth_pipelines.control.events import append_event
 from synth_pipelines.control.schema import runs
 
-STATUSES = ("accepted", "running", "interrupted", *TERMINAL)
-KINDS = tuple(
-    get_args(plan.model_fields["kind"].annotation)[0] for plan in get_args(get_args(Plan)[0])
-)
-"""A run's kind is its plan's: eval, execute, train, warm_start."""
 CANDIDATES_SHOWN = 10
 """An ambiguous prefix names at most this many of the runs it matches."""
 

@@ -26,22 +26,6 @@ from synth_pipelines.control.run_document_fingerprint import STOP_EVENTS
 from synth_pipelines.runtime.results import collect_results
 from synth_pipelines.storage.objectstore import ObjectStore
 
-SERIES_FIELDS = (
-    "batch_index",
-    "batch",
-    "attempts",
-    "passed",
-    "reward_mean",
-    "sampler",
-    "groups_used",
-    "groups_dropped",
-    "datums",
-    "tokens",
-    "step_applied",
-    "kl_sample_train_v1",
-)
-"""The columns of `run metrics --csv`, in order: the fields of one batch of the series."""
-
 
 def learning_rows(engine: Engine, run_id: str) -> list[BatchLearningRow]:
     """One row per batch whose update is recorded, in batch order."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from synth_pipelines.agents.proxy_model import ProxyModelError, proxy_model
 from synth_pipelines.config import Settings
 from synth_pipelines.contracts.model_info import ModelInfo
 from synth_pipelines.contracts.scoped_token import AttemptScope
@@ -76,21 +77,14 @@ class ServedModels:
     def _proxy_model(self, model: str) -> ModelInfo:
         token = self._operator_token()
         try:
-            found = httpx.get(
-                f"{self.proxy_url}/v1/models/{model}",
-                headers={"x-api-key": token},
-                timeout=PROBE_TIMEOUT_SEC,
-                verify=client_context(),
-            )
-        except httpx.HTTPError as error:
-            raise ModelNotServedError(
-                f"cannot check that model {model!r} is served: the capture proxy at "
-                f"{self.proxy_url} is not reachable ({error}); start it with `synth up`"
-            ) from None
-        if found.status_code != 200:
-            message = found.json().get("error", {}).get("message", found.text)
-            raise ModelNotServedError(f"the capture proxy refuses model {model!r}: {message}")
-        return ModelInfo.model_validate(found.json())
+            return proxy_model(self.proxy_url, token, model, timeout_sec=PROBE_TIMEOUT_SEC)
+        except ProxyModelError as error:
+            if error.status is None:
+                raise ModelNotServedError(
+                    f"cannot check that model {model!r} is served: {error}; start it with "
+                    "`synth up`"
+                ) from None
+            raise ModelNotServedError(str(error)) from None
 
     def _service_models(self) -> dict[str, bool]:
         try:

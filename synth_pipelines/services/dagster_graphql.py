@@ -1,8 +1,8 @@
-"""The few Dagster GraphQL calls the CLI makes: backfills, which only the webserver launches.
+"""The few Dagster GraphQL calls the gateway makes: backfills, which only the webserver
+launches, and run termination.
 
-In production the webserver sits behind an authenticating reverse proxy
-(`deploy/nginx-dagster.conf`); every call carries the operator token from
-`SYNTH_DAGSTER_TOKEN` as `Authorization: Bearer`.
+The webserver listens on loopback (`SYNTH_DAGSTER_URL`); operators reach it only through the
+gateway's `/dagster`, so these calls carry no credential of their own.
 """
 
 from __future__ import annotations
@@ -13,9 +13,7 @@ from dataclasses import dataclass
 from typing import Any, TypedDict
 
 import httpx
-from pydantic import SecretStr
 
-from synth_pipelines.config import Settings
 from synth_pipelines.tls import client_context
 
 LAUNCH_BACKFILL = """
@@ -61,46 +59,20 @@ class DagsterUnavailableError(RuntimeError):
 
 @dataclass(frozen=True)
 class DagsterWebserver:
-    """The webserver the CLI calls: its URL, and the operator token its authenticating
-    proxy checks (unset for the embedded one)."""
+    """The webserver the gateway calls, at its loopback URL."""
 
     url: str
-    token: SecretStr | None = None
-
-    @classmethod
-    def of(cls, config: Settings) -> DagsterWebserver:
-        return cls(config.dagster_url, config.dagster_token)
-
-    @property
-    def bearer(self) -> str | None:
-        """The token to send, if one is set (an empty one is none)."""
-        return (self.token.get_secret_value() or None) if self.token else None
-
-
-def _refusal(dagster_url: str, response: httpx.Response, token: str | None) -> str:
-    said = f"{response.status_code} {response.reason_phrase}"
-    if token is None:
-        return (
-            f"the Dagster webserver at {dagster_url} requires an operator token ({said}); "
-            "set SYNTH_DAGSTER_TOKEN to the token its authenticating proxy accepts"
-        )
-    return (
-        f"the Dagster webserver at {dagster_url} refused the operator token in "
-        f"SYNTH_DAGSTER_TOKEN ({said}); ask for the current token and set it again"
-    )
 
 
 def _graphql(
     webserver: DagsterWebserver, query: str, variables: Mapping[str, object]
 ) -> dict[str, Any]:
     """The result's `data`: the JSON object of each field the query asked for."""
-    dagster_url, token = webserver.url, webserver.bearer
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    dagster_url = webserver.url
     try:
         response = httpx.post(
             f"{dagster_url}/graphql",
             json={"query": query, "variables": variables},
-            headers=headers,
             timeout=60,
             verify=client_context(),
         )
@@ -110,7 +82,11 @@ def _graphql(
             "services with `synth up`"
         ) from None
     if response.status_code in (401, 403):
-        raise DagsterUnavailableError(_refusal(dagster_url, response, token))
+        raise DagsterUnavailableError(
+            f"the Dagster webserver at {dagster_url} refused the call "
+            f"({response.status_code} {response.reason_phrase}); check that SYNTH_DAGSTER_URL "
+            "names the webserver on loopback, not a proxy in front of it"
+        )
     try:
         response.raise_for_status()
         body = response.json()
@@ -118,7 +94,7 @@ def _graphql(
         raise DagsterUnavailableError(
             f"{dagster_url}/graphql answered {response.status_code} "
             f"{response.reason_phrase} without a GraphQL result; check that SYNTH_DAGSTER_URL "
-            "names the Dagster webserver (or its authenticating proxy)"
+            "names the Dagster webserver"
         ) from None
     if body.get("errors"):
         raise DagsterUnavailableError(

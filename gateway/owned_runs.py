@@ -1,0 +1,56 @@
+"""The run a request names, if it is the key owner's: by a whole id or a unique prefix of
+the owner's runs. Another owner's run is answered exactly as a run that does not exist
+(404), so a refusal never tells whether it exists.
+
+A route under `/v1/runs/{run_id}` takes the run as a dependency: `ViewedRun` for any key,
+`SteeredRun` for a key that may steer runs. Each depends on the key's role first, so a
+key without the role is refused (403) before the run is looked up.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends
+from sqlalchemy import Engine
+
+from gateway.auth import Operator, Viewer
+from gateway.state import State
+from synth_pipelines.contracts.api_errors import ApiError
+from synth_pipelines.contracts.run_record import RunRecord
+from synth_pipelines.control.runs import (
+    AmbiguousRunIdError,
+    RunNotFoundError,
+    get_run,
+    resolve_run_id,
+)
+
+
+def owned(engine: Engine, text: str, owner: str) -> RunRecord:
+    """The run `text` names, if `owner`'s; otherwise 404, the same for a run of another
+    owner as for none."""
+    try:
+        run = get_run(engine, resolve_run_id(engine, text, owner))
+    except AmbiguousRunIdError as ambiguous:
+        raise ApiError("invalid_request_error", str(ambiguous)) from None
+    except RunNotFoundError:
+        run = None
+    if run is None or run.owner != owner:
+        raise ApiError("not_found_error", f"no run {text!r} of yours; `synth run list` shows them")
+    return run
+
+
+# Plain functions: FastAPI runs them on its thread pool, so the lookup never blocks the
+# event loop.
+def _viewed_run(run_id: str, key: Viewer, state: State) -> RunRecord:
+    return owned(state.engine, run_id, key.owner)
+
+
+def _steered_run(run_id: str, key: Operator, state: State) -> RunRecord:
+    return owned(state.engine, run_id, key.owner)
+
+
+ViewedRun = Annotated[RunRecord, Depends(_viewed_run)]
+"""The `{run_id}` run of the key's owner."""
+SteeredRun = Annotated[RunRecord, Depends(_steered_run)]
+"""The `{run_id}` run of the key's owner, for a key that may steer it (an operator's)."""
