@@ -28,7 +28,8 @@ from synth_pipelines.control.database import control_engine
 from synth_pipelines.registry.datasets import get_dataset, read_page
 from synth_pipelines.storage.objectstore import open_object_store, sha256_hex
 from tests.conftest import PROJECT_ROOT, SAMPLE_DATASET
-from tests.gateway_process import SYNTH, gateway_process, peak_rss
+from tests.dagster_services import SYNTH
+from tests.gateway_process import gateway_process, peak_rss
 from tests.gateway_support import Gateway, bearer, gateway, s3_gateway
 
 DATASET = {"name": "t/grants", "version": "v1"}
