@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import httpx
+from sqlalchemy import Engine
 
 from benchmarks.baseline_tree import PROJECT_ROOT
 from synth_pipelines.config import Settings
@@ -62,6 +63,8 @@ def free_port() -> int:
 def follow(
     url: str, key: str, run_id: str, after: int, arrived: dict[int, float], stop: threading.Event
 ) -> None:
+    """Follow the run's events after `after` until the stream ends or `stop` is set, noting
+    each event's arrival (wall-clock seconds, comparable with its `created_at`) by its seq."""
     try:
         with httpx.stream(
             "GET",
@@ -70,13 +73,12 @@ def follow(
             headers={"authorization": f"Bearer {key}"},
             timeout=None,
         ) as stream:
+            stream.raise_for_status()
             for line in stream.iter_lines():
                 if stop.is_set():
                     return
-                if line.startswith("data: "):
-                    event = json.loads(line[6:])
-                    if event.get("kind") == "probe":
-                        arrived[event["data"]["index"]] = time.perf_counter()
+                if line.startswith("id: "):
+                    arrived[int(line[4:])] = time.time()
     except httpx.HTTPError:
         if not stop.is_set():
             raise
@@ -146,7 +148,7 @@ class _NoModel:
         raise AssertionError(f"an oracle's run asked for model {model}")
 
 
-def admission(engine, url: str, key: str, reps: int) -> None:
+def admission(engine: Engine, url: str, key: str, reps: int) -> None:
     """Accepting a run of a published dataset, through the gateway and directly."""
     from benchmarks.trivial_tasks import write_task
     from synth_pipelines.registry.datasets import publish_dataset
@@ -184,7 +186,7 @@ def admission(engine, url: str, key: str, reps: int) -> None:
     )
 
 
-def report(engine, url: str, key: str, run_id: str, args: argparse.Namespace) -> None:
+def report(engine: Engine, url: str, key: str, run_id: str, args: argparse.Namespace) -> None:
     headers = {"authorization": f"Bearer {key}"}
     direct, through = [], []
     with httpx.Client(base_url=url, headers=headers) as client:
@@ -231,11 +233,10 @@ def report(engine, url: str, key: str, run_id: str, args: argparse.Namespace) ->
     for thread in pollers:
         thread.start()
     committed: dict[int, float] = {}
-    index, ends = 0, time.monotonic() + args.seconds
+    ends = time.monotonic() + args.seconds
     while time.monotonic() < ends:
-        record_event(engine, run_id, "probe", {"index": index})
-        committed[index] = time.perf_counter()
-        index += 1
+        seq = record_event(engine, run_id, "probe", {"index": len(committed)})
+        committed[seq] = time.time()
         time.sleep(0.1)
     time.sleep(1.5)
     stop.set()

@@ -1,8 +1,9 @@
 """The embedded platform on free ports in a fresh state directory, model service scripted.
 
-The same services `synth up` starts (model service, capture proxy, Dagster code server,
-daemon and webserver), by the same supervisor, except that the model service runs `--scripted` so
-each call costs what the benchmark scripts and not a forward pass.
+The same services `synth up` starts (model service, capture proxy, gateway, Dagster code
+server, daemon and webserver), by the same supervisor, with the local operator's gateway key
+written as `synth up` writes it, except that the model service runs `--scripted` so each call
+costs what the benchmark scripts and not a forward pass.
 """
 
 from __future__ import annotations
@@ -11,16 +12,19 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import httpx
 
 from benchmarks.proxy_processes import free_port
 from synth_pipelines.config import Settings
-from synth_pipelines.control.database import engine_for
+from synth_pipelines.control.database import control_engine, create_tables, engine_for
+from synth_pipelines.credentials import load_secret
 from synth_pipelines.sandbox.leases import reclaim_orphans
 from synth_pipelines.sandbox.limits import detect_hierarchy
 from synth_pipelines.services.embedded import embedded_services, write_code_server_workspace
+from synth_pipelines.services.operator_key import ensure_operator_key
 from synth_pipelines.services.supervisor import Service, running_pid, start, stop
 
 
@@ -36,6 +40,7 @@ def platform_environment(root: Path) -> dict[str, str]:
         "SYNTH_DAGSTER_URL": f"http://127.0.0.1:{free_port()}",
         "SYNTH_PROXY_URL": f"http://127.0.0.1:{free_port()}",
         "SYNTH_MODEL_SERVICE_URL": f"http://127.0.0.1:{free_port()}",
+        "SYNTH_GATEWAY_URL": f"http://127.0.0.1:{free_port()}",
         "TINKER_TELEMETRY": "0",
     }
 
@@ -59,12 +64,17 @@ class Platform:
     services: list[Service]
     pids: dict[str, int]
 
-    def set_script(self, entries: list[dict]) -> None:
+    def set_script(self, entries: list[dict[str, Any]]) -> None:
         httpx.put(
             f"{self.config.model_service_url}/scripted/v1/script",
             json={"entries": entries},
+            headers={"X-API-Key": self.config.tinker_api_key},
             timeout=30,
         ).raise_for_status()
+
+    def operator_key(self) -> str:
+        """The local operator's gateway key, as every `synth` command of this state finds it."""
+        return self.config.operator_key_path.read_text().strip()
 
     def stop(self) -> None:
         for service in reversed(self.services):
@@ -81,6 +91,11 @@ def start_platform(root: Path) -> Platform:
     # heads), after which no process loads the code location. Create it here, once.
     dg.DagsterInstance.get().dispose()
     write_code_server_workspace(config)
+    engine = control_engine(config)
+    create_tables(engine)
+    ensure_operator_key(
+        engine, load_secret(config.gateway_secret_path), config.operator_key_path, config.owner
+    )
     services = [_scripted(service) for service in embedded_services(config)]
     platform = Platform(config, services, {})
     try:

@@ -35,6 +35,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 from sqlalchemy import func, select
@@ -52,13 +53,15 @@ from benchmarks.proxy import percentile
 from benchmarks.scale_floor import Throughput, bare_trials
 from benchmarks.trivial_tasks import write_dataset
 from synth_pipelines.config import Settings
+from synth_pipelines.contracts.dataset import DatasetVersion
 from synth_pipelines.contracts.plan import EvalPlan
 from synth_pipelines.contracts.profile import PinnedProfile
+from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.contracts.run_spec import DatasetPin, RunRequest
 from synth_pipelines.contracts.scoped_token import AttemptScope
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import read_events
-from synth_pipelines.control.runs import RunRecord, accept_run, get_run
+from synth_pipelines.control.runs import accept_run, get_run
 from synth_pipelines.control.schema import evidence_calls, evidence_chunks, run_events
 from synth_pipelines.credentials import load_signing_key, mint_token
 from synth_pipelines.registry.datasets import publish_dataset
@@ -79,6 +82,10 @@ SAMPLE_SEC = 2.0
 PROBE_SEC = 15.0
 STALL_SEC = 600.0
 """No attempt finishing for this long ends the benchmark as failed."""
+ATTEMPTS_PER_TASK = 4
+TASKS_PER_BATCH = 50
+CONCURRENCY = 4
+"""Attempts at once."""
 
 
 def profile(name: str) -> PinnedProfile:
@@ -86,11 +93,17 @@ def profile(name: str) -> PinnedProfile:
     return PinnedProfile.from_document(document)
 
 
-def accept_evaluation(
-    tasks: Path, attempts_per_task: int, tasks_per_batch: int, concurrency: int
-) -> RunRecord:
+def publish_tasks(tasks: Path) -> DatasetVersion:
+    """The trivial tasks in `tasks` as a published dataset (the one already published,
+    if it holds the same tasks)."""
     engine, store = control_engine(Settings()), open_object_store(Settings().objects_url)
-    dataset, _ = publish_dataset(engine, store, tasks, "scale/trivial", "v1", Settings().owner)
+    return publish_dataset(engine, store, tasks, "scale/trivial", "v1", Settings().owner)[0]
+
+
+def accept_dataset_evaluation(
+    dataset: DatasetVersion, attempts_per_task: int, tasks_per_batch: int, concurrency: int
+) -> RunRecord:
+    """A new `eval` run of the built-in agent on a published dataset."""
     request = RunRequest(
         owner=Settings().owner,
         dataset=DatasetPin(
@@ -112,7 +125,16 @@ def accept_evaluation(
             },
         ),
     )
-    return accept_run(engine, request, org="local")[0]
+    return accept_run(control_engine(Settings()), request, org="local")[0]
+
+
+def accept_evaluation(
+    tasks: Path, attempts_per_task: int, tasks_per_batch: int, concurrency: int
+) -> RunRecord:
+    """Publish the tasks in `tasks` and accept an evaluation of them."""
+    return accept_dataset_evaluation(
+        publish_tasks(tasks), attempts_per_task, tasks_per_batch, concurrency
+    )
 
 
 def finished_attempts(run_id: str) -> int:
@@ -124,7 +146,7 @@ def finished_attempts(run_id: str) -> int:
         ).scalar_one()
 
 
-def failed_attempts(run_id: str, attempts: int) -> list[dict]:
+def failed_attempts(run_id: str, attempts: int) -> list[dict[str, Any]]:
     events = read_events(
         control_engine(Settings()), run_id=run_id, kinds=("attempt.finished",), limit=attempts + 1
     )
@@ -200,6 +222,17 @@ def _probes(progress: Progress) -> str:
     )
 
 
+def raise_if_stalled(platform: Platform, finished: int, quiet_sec: float) -> None:
+    """Fail a run whose services stopped or whose last attempt finished `quiet_sec` ago,
+    more than STALL_SEC."""
+    stopped = set(platform.pids) - set(alive(platform))
+    if stopped or quiet_sec > STALL_SEC:
+        raise RuntimeError(
+            f"the run stalled at {finished} attempts (services stopped: {sorted(stopped)}); "
+            f"see the logs in {platform.config.state_dir / 'logs'}"
+        )
+
+
 def watch(platform: Platform, run: RunRecord, marks: list[int]) -> Progress:
     """Sample until the run finishes; a milestone closes each memory window."""
     memory = MemoryWatch(list(platform.pids.values()))
@@ -229,12 +262,7 @@ def watch(platform: Platform, run: RunRecord, marks: list[int]) -> Progress:
                 progress.run_show_failures.append(failure)
             progress.graphql_ms.append(time_graphql(platform.config.dagster_url, run.run_id))
             last_probe = now
-        stopped = set(platform.pids) - set(alive(platform))
-        if stopped or now - last_change > STALL_SEC:
-            raise RuntimeError(
-                f"the run stalled at {finished} attempts (services stopped: {sorted(stopped)}); "
-                f"see the logs in {platform.config.state_dir / 'logs'}"
-            )
+        raise_if_stalled(platform, finished, now - last_change)
         time.sleep(SAMPLE_SEC)
     progress.elapsed_sec = time.monotonic() - started
     progress.cpu_sec = tree_cpu_sec(list(platform.pids.values())) - cpu
@@ -348,9 +376,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--attempts", type=int, default=10_000)
     parser.add_argument("--quick", action="store_true", help="300 attempts")
-    parser.add_argument("--attempts-per-task", type=int, default=4)
-    parser.add_argument("--tasks-per-batch", type=int, default=50)
-    parser.add_argument("--concurrency", type=int, default=4, help="attempts at once")
+    parser.add_argument("--attempts-per-task", type=int, default=ATTEMPTS_PER_TASK)
+    parser.add_argument("--tasks-per-batch", type=int, default=TASKS_PER_BATCH)
+    parser.add_argument("--concurrency", type=int, default=CONCURRENCY, help="attempts at once")
     parser.add_argument("--floor-trials", type=int, default=200, help="bare Harbor trials")
     parser.add_argument("--keep", action="store_true", help="keep the state directory")
     args = parser.parse_args(argv)

@@ -15,6 +15,7 @@ from fastapi import FastAPI
 from gateway.body_limit import BodyLimit
 from gateway.config import GatewayConfig
 from gateway.errors import install_error_handlers
+from gateway.event_feeds import EventFeeds
 from gateway.routes import (
     attempts,
     checkpoints,
@@ -52,7 +53,12 @@ def create_app(config: GatewayConfig) -> FastAPI:
         store = open_object_store(config.objects_url, endpoint_url=config.s3_endpoint_url)
         async with upstream_client() as dagster, upstream_client() as model_calls:
             app.state.gateway = GatewayState(
-                config=config, engine=engine, store=store, dagster=dagster, model_calls=model_calls
+                config=config,
+                engine=engine,
+                store=store,
+                dagster=dagster,
+                model_calls=model_calls,
+                event_feeds=EventFeeds(engine, config.event_poll_sec),
             )
             yield
 

@@ -10,6 +10,7 @@ from fastapi import Depends, Request
 from sqlalchemy import Engine
 
 from gateway.config import GatewayConfig
+from gateway.event_feeds import EventFeeds
 from synth_pipelines.storage.objectstore import ObjectStore
 
 
@@ -23,6 +24,8 @@ class GatewayState:
     """Pooled connections to the Dagster webserver (`routes/dagster.py`)."""
     model_calls: httpx.AsyncClient
     """Pooled connections to the capture proxy (`routes/model_calls.py`)."""
+    event_feeds: EventFeeds
+    """One reader of each followed run's events (`event_feeds.py`)."""
 
 
 def gateway_state(request: Request) -> GatewayState:

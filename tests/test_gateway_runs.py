@@ -1,6 +1,7 @@
 """Through the gateway an owner reads their runs and follows their events; another
 owner's run is answered exactly as one that does not exist (404), on every route. A run's
-Dagster link is on the address the gateway was reached at."""
+Dagster link is on the address the gateway was reached at. Followers of a run share one
+reader of its events, and each gets every event once, in order."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ import threading
 import time
 
 import httpx
+import sqlalchemy
 
+from gateway import event_feeds
+from gateway.config import GatewayConfig
 from synth_pipelines.contracts.documents import dagster_runs_url
-from synth_pipelines.control.events import record_event
+from synth_pipelines.control.events import read_events, record_event
 from synth_pipelines.control.runs import transition
 from tests.gateway_support import bearer, gateway
 
@@ -113,3 +117,66 @@ def test_a_followed_run_streams_each_event_within_a_second_and_ends_with_it(stat
             headers=bearer(alice),
         ).json()
         assert [event["seq"] for event in resumed] == [event["seq"] for _, event in received[1:]]
+
+
+def _follow(url: str, key: str, run_id: str, received: list[dict], ended: list[dict]) -> None:
+    with httpx.stream(
+        "GET",
+        f"{url}/v1/runs/{run_id}/events",
+        params={"follow": "true"},
+        headers=bearer(key),
+        timeout=30,
+    ) as stream:
+        kind = None
+        for line in stream.iter_lines():
+            if line.startswith("event: "):
+                kind = line.removeprefix("event: ")
+            elif line.startswith("data: "):
+                (received if kind == "run_event" else ended).append(json.loads(line[6:]))
+
+
+def test_followers_of_a_run_share_one_reader_and_each_gets_every_event(state, monkeypatch):
+    # A feed holding only a few events: the late follower catches up from the database.
+    monkeypatch.setattr(event_feeds, "KEPT_FRAMES", 4)
+    with gateway() as gw:
+        alice = gw.key("alice", role="viewer")
+        run = gw.run("alice")
+        before = len(read_events(gw.engine, run_id=run.run_id))
+        followers = [([], []) for _ in range(11)]
+        threads = [
+            threading.Thread(target=_follow, args=(gw.url, alice, run.run_id, *streams))
+            for streams in followers
+        ]
+        for thread in threads[:10]:
+            thread.start()
+        deadline = time.monotonic() + 10
+        while any(len(received) < before for received, _ in followers[:10]):
+            assert time.monotonic() < deadline, "the followers did not catch up"
+            time.sleep(0.05)
+
+        # Ten idle followers: what the database is asked meanwhile is one reader's polls.
+        statements: list[str] = []
+
+        def counted(_conn, _cursor, statement, *_args) -> None:
+            statements.append(statement)
+
+        sqlalchemy.event.listen(gw.engine, "before_cursor_execute", counted)
+        time.sleep(2.0)
+        sqlalchemy.event.remove(gw.engine, "before_cursor_execute", counted)
+        polls = sum("run_events" in statement for statement in statements)
+        assert polls <= 2.0 / GatewayConfig.event_poll_sec + 5, polls
+
+        for index in range(6):
+            record_event(gw.engine, run.run_id, "probe", {"index": index})
+        time.sleep(0.5)
+        threads[10].start()
+        for index in range(6, 12):
+            record_event(gw.engine, run.run_id, "probe", {"index": index})
+        transition(gw.engine, run.run_id, "succeeded", "run_succeeded")
+        for thread in threads:
+            thread.join(timeout=20)
+            assert not thread.is_alive()
+    every = [event.seq for event in read_events(gw.engine, run_id=run.run_id)]
+    for received, ended in followers:
+        assert [event["seq"] for event in received] == every
+        assert ended == [{"status": "succeeded"}]

@@ -105,20 +105,13 @@ def test_a_new_tally_is_in_the_next_answer(state, tmp_path, capsys):
     assert '"batches_done": 2' in _fast(run.run_id, capsys)[1]
 
 
-def test_changed_code_builds_the_document_again(training, monkeypatch, tmp_path):
-    _full(training.run_id)
-    package = tmp_path / "package"
-    for part in run_document_fingerprint.CODE:
-        (package / part).mkdir(parents=True)
-        for source in (run_document_fingerprint.PACKAGE / part).glob("*.py"):
-            (package / part / source.name).write_bytes(source.read_bytes())
-    monkeypatch.setattr(run_document_fingerprint, "PACKAGE", package)
+def test_a_document_kept_by_other_code_is_built_again(training, monkeypatch):
     _full(training.run_id)
     built = _builds(training.run_id)
     _full(training.run_id)
     assert _builds(training.run_id) == built
-    with (package / "runtime" / "results.py").open("a") as source:
-        source.write("# a changed line\n")
+    # A gateway of another version (its code read once, when it first answers).
+    monkeypatch.setattr(run_document_fingerprint, "code_digest", lambda: "another version")
     _full(training.run_id)
     assert _builds(training.run_id) != built
 

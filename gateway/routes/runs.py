@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import AsyncIterator
 from typing import Annotated
 
@@ -17,6 +16,7 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
 from gateway.auth import Operator, Viewer
+from gateway.event_feeds import EVENT_PAGE, event_frame
 from gateway.openapi import refusals
 from gateway.owned_runs import ViewedRun
 from gateway.routes.dagster import dagster_ui_url
@@ -29,12 +29,10 @@ from synth_pipelines.contracts.run_submission import RunSubmission
 from synth_pipelines.control.events import read_events
 from synth_pipelines.control.runs import (
     IdempotencyConflictError,
-    get_run,
     list_runs,
 )
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
-EVENT_PAGE = 1000
 
 
 @router.get("", response_model=list[RunSummary], responses=refusals(400))
@@ -138,28 +136,33 @@ def events(
 
 
 async def _stream(state: GatewayState, run_id: str, cursor: int) -> AsyncIterator[str]:
-    config = state.config
-    quiet_since = time.monotonic()
-    while True:
-        found = await asyncio.to_thread(
-            read_events, state.engine, run_id=run_id, after=cursor, limit=EVENT_PAGE
-        )
-        for event in found:
-            cursor = event.seq
-            yield f"id: {event.seq}\nevent: run_event\ndata: {event.model_dump_json()}\n\n"
-        if found:
-            quiet_since = time.monotonic()
-            continue
-        run = await asyncio.to_thread(get_run, state.engine, run_id)
-        if run.finished:
-            latest = await asyncio.to_thread(
-                read_events, state.engine, run_id=run_id, after=cursor, limit=1
-            )
-            if not latest:
-                yield f"event: end\ndata: {json.dumps({'status': run.status})}\n\n"
+    keepalive = state.config.keepalive_sec
+    async with state.event_feeds.follow(run_id) as feed:
+        while True:
+            if cursor < feed.start:
+                # Older than what the feed holds: this follower catches up on its own.
+                found = await asyncio.to_thread(
+                    read_events, state.engine, run_id=run_id, after=cursor, limit=EVENT_PAGE
+                )
+                for event in found:
+                    cursor = event.seq
+                    yield event_frame(event)
+                if not found:
+                    cursor = feed.start
+                continue
+            seqs, frames = feed.after(cursor)
+            if frames:
+                cursor = seqs[-1]
+                for frame in frames:
+                    yield frame
+                continue
+            if feed.ended is not None:
+                yield f"event: end\ndata: {json.dumps({'status': feed.ended})}\n\n"
                 return
-            continue
-        if time.monotonic() - quiet_since >= config.keepalive_sec:
-            quiet_since = time.monotonic()
-            yield ": keepalive\n\n"
-        await asyncio.sleep(config.event_poll_sec)
+            if feed.failed:
+                return
+            changed = feed.changed
+            try:
+                await asyncio.wait_for(changed.wait(), keepalive)
+            except TimeoutError:
+                yield ": keepalive\n\n"

@@ -6,7 +6,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, insert, select
+from sqlalchemy import Connection, Engine, func, insert, select
 
 from synth_pipelines.contracts.run_event import RunEvent
 from synth_pipelines.control.database import EVENT_ORDER_LOCK, hold_lock
@@ -52,3 +52,12 @@ def read_events(
     with engine.connect() as conn:
         rows = conn.execute(query.order_by(run_events.c.seq).limit(limit)).all()
     return [RunEvent.model_validate(row, from_attributes=True) for row in rows]
+
+
+def last_seq(engine: Engine, run_id: str) -> int:
+    """The seq of the run's latest event (0 for none): a cursor after everything so far."""
+    with engine.connect() as conn:
+        seq = conn.execute(
+            select(func.max(run_events.c.seq)).where(run_events.c.run_id == run_id)
+        ).scalar()
+    return int(seq or 0)

@@ -4,13 +4,12 @@ The document is built from the run's row, its stop events (the stop cause), its
 batches' tallies and its policy updates, with the object store's address and the address of
 the Dagster UI its link is on, by the code of the platform's CLI, control, contracts and
 runtime packages. The digest covers every one of those, so a stored document whose digest
-still matches is exactly what a fresh read would print. Standard library only: the
-start-up path computes it before pydantic or SQLAlchemy are loaded, through a DB-API cursor
-of either database.
+still matches is exactly what a fresh read would print.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,10 @@ QUERIES = (
 )
 
 
+@functools.cache
 def code_digest() -> str:
+    """The digest of the code this process loaded: read once, since a file changed on disk
+    later does not change what the process runs."""
     digest = hashlib.sha256()
     for package in CODE:
         for source in sorted((PACKAGE / package).glob("*.py")):
