@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,11 +28,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from urllib.request import urlopen
 
 from sqlalchemy import Engine
 
 from benchmarks.baseline_tree import PROJECT_ROOT, baseline_tree, remove_tree
+from benchmarks.proxy_processes import free_port
 from benchmarks.trivial_tasks import task_name, write_task
 from synth_pipelines.config import Settings
 from synth_pipelines.contracts.assessment import Assessment
@@ -45,7 +44,9 @@ from synth_pipelines.control.runs import RunRecord, accept_run
 from synth_pipelines.control.table_outputs import store_table, tally_batch
 from synth_pipelines.credentials import load_secret
 from synth_pipelines.registry.datasets import get_dataset, publish_dataset
+from synth_pipelines.services.embedded import gateway_service
 from synth_pipelines.services.operator_key import ensure_operator_key
+from synth_pipelines.services.supervisor import start, stop
 from synth_pipelines.storage.objectstore import ObjectStore, open_object_store
 
 BASELINE = "414fb41df624b05a255bddb79c106bda3ad937c5"
@@ -196,9 +197,11 @@ def _which_tree(tree: Path) -> Path:
 
 
 @contextmanager
-def _gateway(tree: Path) -> Iterator[None]:
-    """`synth gateway serve` from `tree` on a free loopback port, and the local operator's
-    key where the CLI finds it; every child started meanwhile speaks to it."""
+def _gateway() -> Iterator[None]:
+    """This tree's gateway on a free loopback port, started as `synth up` starts it, and
+    the local operator's key where the CLI finds it; every child started meanwhile speaks
+    to it."""
+    os.environ["SYNTH_GATEWAY_URL"] = f"http://127.0.0.1:{free_port()}"
     settings = Settings()
     engine = control_engine(settings)
     ensure_operator_key(
@@ -207,32 +210,12 @@ def _gateway(tree: Path) -> Iterator[None]:
         settings.operator_key_path,
         settings.owner,
     )
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
-    os.environ["SYNTH_GATEWAY_URL"] = url
-    server = subprocess.Popen(
-        [sys.executable, "-m", "synth_pipelines.cli", "gateway", "serve"],
-        cwd=tree,
-        env={**os.environ, "PYTHONPATH": str(tree)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    service = gateway_service(settings)
+    start(settings.state_dir, service, cwd=PROJECT_ROOT)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urlopen(f"{url}/health", timeout=1):
-                    break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError("the gateway did not start") from None
-                time.sleep(0.1)
         yield
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        stop(settings.state_dir, service)
 
 
 def _percentile(values: list[float], share: float) -> float:
@@ -314,7 +297,7 @@ def main() -> None:
                 if _which_tree(tree) != tree.resolve():
                     raise RuntimeError(f"{tree} does not import its own synth_pipelines")
                 _compile(tree)
-            with _gateway(PROJECT_ROOT):
+            with _gateway():
                 measured = _measure(
                     {"current": PROJECT_ROOT, "baseline": baseline}, run_id, args.reps
                 )

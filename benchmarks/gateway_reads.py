@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -33,6 +32,7 @@ import httpx
 from sqlalchemy import Engine
 
 from benchmarks.baseline_tree import PROJECT_ROOT
+from benchmarks.proxy_processes import free_port
 from synth_pipelines.config import Settings
 from synth_pipelines.contracts.documents import RunSummary
 from synth_pipelines.contracts.operator_key import KeyRequest
@@ -43,6 +43,8 @@ from synth_pipelines.control.events import read_events, record_event
 from synth_pipelines.control.operator_keys import create_key
 from synth_pipelines.control.runs import accept_run, get_run
 from synth_pipelines.credentials import load_secret
+from synth_pipelines.services.embedded import gateway_service
+from synth_pipelines.services.supervisor import start, stop
 
 SYNTH = str(Path(sys.executable).parent / "synth")
 
@@ -50,14 +52,6 @@ SYNTH = str(Path(sys.executable).parent / "synth")
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def follow(
@@ -112,23 +106,11 @@ def main() -> None:
             load_secret(settings.gateway_secret_path),
             KeyRequest(owner="alice", org="lab", role="viewer"),
         ).secret
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        server = subprocess.Popen(
-            [SYNTH, "gateway", "serve"],
-            env={**os.environ, "SYNTH_GATEWAY_URL": url},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        url = f"http://127.0.0.1:{free_port()}"
+        os.environ["SYNTH_GATEWAY_URL"] = url
+        service = gateway_service(Settings())
+        start(settings.state_dir, service, cwd=PROJECT_ROOT)
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    httpx.get(f"{url}/health", timeout=1)
-                    break
-                except httpx.HTTPError:
-                    assert time.monotonic() < deadline, "the gateway did not start"
-                    time.sleep(0.1)
             report(engine, url, key, run.run_id, args)
             operator = create_key(
                 engine,
@@ -137,8 +119,7 @@ def main() -> None:
             ).secret
             admission(engine, url, operator, min(args.reps, 100))
         finally:
-            server.terminate()
-            server.wait(timeout=30)
+            stop(settings.state_dir, service)
 
 
 class _NoModel:
