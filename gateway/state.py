@@ -28,8 +28,9 @@ class GatewayState:
     """One reader of each followed run's events (`event_feeds.py`)."""
 
 
-def gateway_state(request: Request) -> GatewayState:
-    """The state the lifespan built and keeps on `app.state.gateway`."""
+async def gateway_state(request: Request) -> GatewayState:
+    """The state the lifespan built and keeps on `app.state.gateway` (on the event loop: it
+    reads an attribute, where a plain function would cost a hop to the thread pool)."""
     state: GatewayState = request.app.state.gateway
     return state
 
