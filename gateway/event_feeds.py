@@ -57,12 +57,12 @@ class Feed:
         index = bisect.bisect_right(self.seqs, cursor)
         return self.seqs[index:], self.frames[index:]
 
-    def _announce(self) -> None:
+    def announce(self) -> None:
         # Waiters hold the event they saw: set it for them, and give later ones a new one.
         self.changed.set()
         self.changed = asyncio.Event()
 
-    def _add(self, events: list[RunEvent]) -> None:
+    def add(self, events: list[RunEvent]) -> None:
         self.seqs.extend(event.seq for event in events)
         self.frames.extend(event_frame(event) for event in events)
         if len(self.seqs) > KEPT_FRAMES:
@@ -107,8 +107,8 @@ class EventFeeds:
                     read_events, self.engine, run_id=run_id, after=head, limit=EVENT_PAGE
                 )
                 if found:
-                    feed._add(found)
-                    feed._announce()
+                    feed.add(found)
+                    feed.announce()
                     if len(found) == EVENT_PAGE:
                         continue
                 else:
@@ -119,7 +119,7 @@ class EventFeeds:
                         read_events, self.engine, run_id=run_id, after=head, limit=1
                     ):
                         feed.ended = run.status
-                        feed._announce()
+                        feed.announce()
                         return
                 await asyncio.sleep(self.poll_sec)
         except asyncio.CancelledError:
@@ -127,7 +127,7 @@ class EventFeeds:
         except Exception:
             log.exception("reading run %s's events for its followers failed", run_id)
             feed.failed = True
-            feed._announce()
+            feed.announce()
             # A follower arriving later starts a new feed rather than joining this one.
             if self._feeds.get(run_id) is feed:
                 del self._feeds[run_id], self._readers[run_id]

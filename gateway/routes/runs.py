@@ -144,11 +144,11 @@ async def _stream(state: GatewayState, run_id: str, cursor: int) -> AsyncIterato
                 found = await asyncio.to_thread(
                     read_events, state.engine, run_id=run_id, after=cursor, limit=EVENT_PAGE
                 )
-                for event in found:
-                    cursor = event.seq
-                    yield event_frame(event)
                 if not found:
                     cursor = feed.start
+                    continue
+                cursor = found[-1].seq
+                yield "".join(event_frame(event) for event in found)
                 continue
             seqs, frames = feed.after(cursor)
             if frames:

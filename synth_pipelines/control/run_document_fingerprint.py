@@ -12,7 +12,8 @@ from __future__ import annotations
 import functools
 import hashlib
 from pathlib import Path
-from typing import Any
+
+from sqlalchemy import Connection, text
 
 PACKAGE = Path(__file__).resolve().parent.parent
 CODE = ("cli", "control", "contracts", "runtime")
@@ -24,12 +25,12 @@ batch's tally is stored, so a run under way is answered from the kept document b
 batches."""
 
 QUERIES = (
-    "SELECT * FROM runs WHERE run_id = {p}",
-    "SELECT max(seq) FROM run_events WHERE run_id = {p} AND kind IN ("
+    "SELECT * FROM runs WHERE run_id = :run",
+    "SELECT max(seq) FROM run_events WHERE run_id = :run AND kind IN ("
     + ", ".join(f"'{kind}'" for kind in STOP_EVENTS)
     + ")",
-    "SELECT batch_index, recorded_at FROM batch_results WHERE run_id = {p} ORDER BY batch_index",
-    "SELECT * FROM policy_updates WHERE run_id = {p} ORDER BY batch",
+    "SELECT batch_index, recorded_at FROM batch_results WHERE run_id = :run ORDER BY batch_index",
+    "SELECT * FROM policy_updates WHERE run_id = :run ORDER BY batch",
 )
 
 
@@ -46,12 +47,11 @@ def code_digest() -> str:
 
 
 def run_document_fingerprint(
-    cursor: Any, placeholder: str, run_id: str, objects_url: str, dagster_ui_url: str
+    conn: Connection, run_id: str, objects_url: str, dagster_ui_url: str
 ) -> str:
-    """The digest of everything the run's document reads; `placeholder` is the driver's
-    parameter marker (`?` for sqlite3, `%s` for psycopg2)."""
+    """The digest of everything the run's document reads."""
     digest = hashlib.sha256(f"{code_digest()}\n{objects_url}\n{dagster_ui_url}\n".encode())
     for query in QUERIES:
-        cursor.execute(query.format(p=placeholder), (run_id,))
-        digest.update(repr(cursor.fetchall()).encode())
+        rows = conn.execute(text(query), {"run": run_id}).all()
+        digest.update(repr([tuple(row) for row in rows]).encode())
     return digest.hexdigest()

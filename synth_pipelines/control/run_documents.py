@@ -13,24 +13,9 @@ from synth_pipelines.control.run_document_fingerprint import run_document_finger
 from synth_pipelines.control.schema import run_documents
 
 
-def placeholder(engine: Engine) -> str:
-    return "?" if engine.dialect.name == "sqlite" else "%s"
-
-
 def current_fingerprint(engine: Engine, run_id: str, objects_url: str, dagster_ui_url: str) -> str:
-    """Computed on the driver's own connection, as the start-up path computes it, so that
-    both see the same values in the same form."""
-    connection = engine.raw_connection()
-    try:
-        cursor = connection.cursor()
-        try:
-            return run_document_fingerprint(
-                cursor, placeholder(engine), run_id, objects_url, dagster_ui_url
-            )
-        finally:
-            cursor.close()
-    finally:
-        connection.close()
+    with engine.connect() as conn:
+        return run_document_fingerprint(conn, run_id, objects_url, dagster_ui_url)
 
 
 def kept_document(engine: Engine, run_id: str, fingerprint: str) -> str | None:
