@@ -16,6 +16,7 @@ from gateway.body_limit import BodyLimit
 from gateway.config import GatewayConfig
 from gateway.errors import install_error_handlers
 from gateway.event_feeds import EventFeeds
+from gateway.export_jobs import ExportSlots
 from gateway.routes import (
     attempts,
     checkpoints,
@@ -59,6 +60,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
                 dagster=dagster,
                 model_calls=model_calls,
                 event_feeds=EventFeeds(engine, config.event_poll_sec),
+                exports=ExportSlots(config),
             )
             yield
 

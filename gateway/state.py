@@ -11,6 +11,7 @@ from sqlalchemy import Engine
 
 from gateway.config import GatewayConfig
 from gateway.event_feeds import EventFeeds
+from gateway.export_jobs import ExportSlots
 from synth_pipelines.storage.objectstore import ObjectStore
 
 
@@ -26,6 +27,8 @@ class GatewayState:
     """Pooled connections to the capture proxy (`routes/model_calls.py`)."""
     event_feeds: EventFeeds
     """One reader of each followed run's events (`event_feeds.py`)."""
+    exports: ExportSlots
+    """The processes that build runs' exports (`export_jobs.py`)."""
 
 
 async def gateway_state(request: Request) -> GatewayState:

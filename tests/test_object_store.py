@@ -45,3 +45,17 @@ def test_list_returns_keys_under_a_prefix_without_staging_files(tmp_path: Path):
     store.put("runs/r1/b", b"2")
     store.put("runs/r2/c", b"3")
     assert list(store.list("runs/r1")) == ["runs/r1/a", "runs/r1/b"]
+
+
+def test_put_file_stores_the_files_bytes_create_only(tmp_path: Path):
+    store = LocalObjectStore(tmp_path / "store")
+    source = tmp_path / "table.parquet"
+    source.write_bytes(b"x" * (3 << 20))
+    ref = store.put_file("runs/r1/exports/table.parquet", source)
+    assert (ref.sha256, ref.size) == (sha256_hex(source.read_bytes()), 3 << 20)
+    assert store.put_file(ref.key, source) == ref
+    source.write_bytes(b"y")
+    with pytest.raises(ObjectExistsError):
+        store.put_file(ref.key, source)
+    assert store.measure(ref.key) == ref
+    assert [name for name in store.list("runs/") if ".put-" in name] == []

@@ -60,3 +60,16 @@ def test_s3_store_lists_only_keys_under_its_own_prefix(s3_server, bucket):
     neighbour.put("runs/r-1/c", b"c")
     assert sorted(store.list("runs/r-1")) == ["runs/r-1/a", "runs/r-1/b"]
     assert store.uri("runs/r-1/a") == f"s3://{bucket}/platform/runs/r-1/a"
+
+
+def test_s3_store_puts_a_file_create_only_with_its_checksum(s3_server, bucket, tmp_path):
+    store = _store(s3_server, bucket)
+    source = tmp_path / "export.parquet"
+    source.write_bytes(b"row" * 1_000_000)
+    ref = store.put_file("runs/r-1/exports/outcomes.parquet", source)
+    assert (ref.sha256, ref.size) == (sha256_hex(source.read_bytes()), 3_000_000)
+    assert store.put_file(ref.key, source) == ref
+    source.write_bytes(b"other")
+    with pytest.raises(ObjectExistsError, match="already exists with different content"):
+        store.put_file(ref.key, source)
+    assert store.measure(ref.key) == ref

@@ -23,11 +23,15 @@ from synth_pipelines.cli.main import app
 from synth_pipelines.config import Settings
 from synth_pipelines.contracts.read_grant import ReadClaims, ReadGrant
 from synth_pipelines.contracts.run_record import RunRecord
+from synth_pipelines.contracts.run_spec import batch_key
+from synth_pipelines.contracts.trial import TrialOutcome
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import record_event
+from synth_pipelines.control.table_outputs import store_table
 from synth_pipelines.storage.objectstore import LocalObjectStore, open_object_store, sha256_hex
 from tests.gateway_process import gateway_process, peak_rss
 from tests.gateway_support import Gateway, bearer, gateway, s3_gateway
+from tests.learning_records import outcome
 
 
 def _export(url: str, key: str, run_id: str, what: str = "outcomes") -> httpx.Response:
@@ -192,5 +196,62 @@ def test_a_50_mb_object_downloads_while_the_gateways_memory_stays_bounded(state,
             before = process.memory_info().rss
             size, sha256 = _download(downloads + sign_read(secret, large))
     assert (size, sha256) == (OBJECT_MB << 20, large.sha256)
+    growth_mb = (peak[0] - before) / (1 << 20)
+    assert growth_mb < GROWTH_LIMIT_MB, f"the gateway grew by {growth_mb:.0f} MB"
+
+
+EXPORT_ROWS = 25_000
+"""Rows of a run's outcomes, each with 4 KB of text no codec shrinks much: an export of
+some 75 MB, three times what the gateway may grow by."""
+
+
+def _large_outcomes(run: RunRecord) -> None:
+    settings = Settings()
+    template = outcome("a0").model_dump()
+    rows = [
+        TrialOutcome(
+            **template
+            | {
+                "run_id": run.run_id,
+                "batch": batch_key(run.run_id, 0),
+                "attempt_id": f"{run.run_id}.b0.t0.a{index}",
+                "exception_message": base64.b64encode(os.urandom(3072)).decode(),
+            }
+        )
+        for index in range(EXPORT_ROWS)
+    ]
+    store_table(
+        control_engine(settings),
+        open_object_store(settings.objects_url),
+        "trials",
+        batch_key(run.run_id, 0),
+        TrialOutcome.to_table(rows),
+    )
+
+
+@pytest.mark.slow
+def test_a_large_export_is_built_outside_the_gateways_memory(state, monkeypatch):
+    with gateway_process(monkeypatch) as process:
+        settings = Settings()
+        engine = control_engine(settings)
+        small, large = (
+            Gateway("", engine, b"").run(settings.owner),
+            Gateway("", engine, b"").run(settings.owner),
+        )
+        _large_outcomes(large)
+        key = settings.operator_key_path.read_text().strip()
+        url = os.environ["SYNTH_GATEWAY_URL"]
+        # A first export brings in what any export needs, so the measured growth is the
+        # large one's alone.
+        assert _export(url, key, small.run_id).status_code == 200
+        with peak_rss(process) as peak:
+            before = process.memory_info().rss
+            answered = _export(url, key, large.run_id)
+    assert answered.status_code == 200, answered.text
+    assert answered.json()["rows"] == EXPORT_ROWS
+    grant = ReadGrant.model_validate(answered.json()["download"])
+    assert grant.size > 3 * (GROWTH_LIMIT_MB << 20)
+    stored = open_object_store(settings.objects_url).measure(grant.key)
+    assert stored is not None and (stored.size, stored.sha256) == (grant.size, grant.sha256)
     growth_mb = (peak[0] - before) / (1 << 20)
     assert growth_mb < GROWTH_LIMIT_MB, f"the gateway grew by {growth_mb:.0f} MB"

@@ -19,7 +19,7 @@ from synth_pipelines.control.database import control_engine
 from synth_pipelines.evidence.publisher import EvidencePublisher
 from synth_pipelines.evidence.reader import read_attempt_evidence
 from synth_pipelines.evidence.spool import Spool
-from synth_pipelines.storage.objectstore import open_object_store
+from synth_pipelines.storage.objectstore import LocalObjectStore, open_object_store
 from tests.agent_runs import evaluate, one_task_dataset, profile_document, trial_outcomes
 from tests.conftest import operator_key
 from tests.evidence_calls import interaction
@@ -184,3 +184,21 @@ def test_another_owner_cannot_export_the_run(evaluated, monkeypatch):
     result = synth("run", "export", run.run_id, "--what", "evidence", "--out", str(out))
     assert result.exit_code == 2 and f"no run {run.run_id!r} of yours" in result.stderr
     assert not out.exists()
+
+
+def test_evidence_that_fails_its_check_exports_nothing(evaluated):
+    run, _, tmp_path = evaluated
+    store = open_object_store(Settings().objects_url)
+    assert isinstance(store, LocalObjectStore)
+    chunk = store.file(next(store.list(f"evidence/{run.run_id}/")))
+    kept = chunk.read_bytes()
+    exports = set(store.list(f"runs/{run.run_id}/exports/"))
+    out = tmp_path / "tampered.parquet"
+    chunk.write_bytes(kept[:-1] + bytes([kept[-1] ^ 1]))
+    try:
+        result = synth("run", "export", run.run_id, "--what", "evidence", "--out", str(out))
+    finally:
+        chunk.write_bytes(kept)
+    assert result.exit_code == 1, result.stdout
+    assert "cannot be read back" in result.stderr and "nothing was exported" in result.stderr
+    assert not out.exists() and set(store.list(f"runs/{run.run_id}/exports/")) == exports

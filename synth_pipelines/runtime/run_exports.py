@@ -1,17 +1,59 @@
 """A run's table exported as a file into the object store, under the run, for its owner
-to download (`synth run export`)."""
+to download (`synth run export`).
+
+The table is built and uploaded in a process of its own (`python -m
+synth_pipelines.runtime.run_exports`, the job on stdin and its outcome on stdout as JSON):
+a run's evidence can be far larger than any control request, and the process that asks
+for the export (the gateway) holds control requests only. The file goes from disk to the
+store a piece at a time."""
 
 from __future__ import annotations
 
+import hashlib
+import sys
 import tempfile
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Engine
 
 from synth_pipelines.contracts.run_export import ExportedTable, FileFormat, TableName
 from synth_pipelines.contracts.run_record import RunRecord
-from synth_pipelines.runtime.run_tables import READERS, write_table
-from synth_pipelines.storage.objectstore import ObjectRef, ObjectStore, sha256_hex
+from synth_pipelines.runtime.run_tables import READERS, EvidenceUnreadableError, write_table
+from synth_pipelines.storage.objectstore import READ_CHUNK, ObjectRef, ObjectStore
+
+MODULE = "synth_pipelines.runtime.run_exports"
+"""The module a process exporting a table runs."""
+
+
+class ExportJob(BaseModel):
+    """What to export, and where the run and its evidence are."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    database_url: str
+    objects_url: str
+    s3_endpoint_url: str | None
+    run_id: str
+    what: TableName
+    format: FileFormat
+
+
+class ExportOutcome(BaseModel):
+    """The exported table and the object that holds it, or why there is none."""
+
+    exported: ExportedTable | None = None
+    stored: ObjectRef | None = None
+    unreadable: str | None = None
+    """The evidence failed its integrity check: nothing was exported."""
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(READ_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def export_table(
@@ -21,11 +63,6 @@ def export_table(
     for again is the same object. `EvidenceUnreadableError` if the evidence fails its
     integrity check."""
     table = READERS[what](engine, store, run)
-    with tempfile.TemporaryDirectory(prefix="synth-export-") as scratch:
-        written = Path(scratch) / f"{what}.{file_format}"
-        write_table(table, written, file_format)
-        data = written.read_bytes()
-    key = f"runs/{run.run_id}/exports/{what}-{sha256_hex(data)}.{file_format}"
     exported = ExportedTable(
         run_id=run.run_id,
         what=what,
@@ -33,4 +70,30 @@ def export_table(
         rows=table.num_rows,
         columns=table.column_names,
     )
-    return exported, store.put(key, data)
+    with tempfile.TemporaryDirectory(prefix="synth-export-") as scratch:
+        written = Path(scratch) / f"{what}.{file_format}"
+        write_table(table, written, file_format)
+        del table
+        key = f"runs/{run.run_id}/exports/{what}-{_file_sha256(written)}.{file_format}"
+        return exported, store.put_file(key, written)
+
+
+def run_job(job: ExportJob) -> ExportOutcome:
+    from synth_pipelines.control.database import engine_for
+    from synth_pipelines.control.runs import get_run
+    from synth_pipelines.storage.objectstore import open_object_store
+
+    engine = engine_for(job.database_url)
+    store = open_object_store(job.objects_url, endpoint_url=job.s3_endpoint_url)
+    try:
+        exported, stored = export_table(
+            engine, store, get_run(engine, job.run_id), job.what, job.format
+        )
+    except EvidenceUnreadableError as unreadable:
+        return ExportOutcome(unreadable=str(unreadable))
+    return ExportOutcome(exported=exported, stored=stored)
+
+
+if __name__ == "__main__":
+    outcome = run_job(ExportJob.model_validate_json(sys.stdin.read()))
+    sys.stdout.write(outcome.model_dump_json())

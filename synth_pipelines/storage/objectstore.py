@@ -19,11 +19,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, BinaryIO, Protocol
 from urllib.parse import urlparse
 
 if TYPE_CHECKING:
@@ -85,6 +86,10 @@ class ObjectStore(Protocol):
 
     def put(self, key: str, data: bytes) -> ObjectRef: ...
 
+    def put_file(self, key: str, source: Path) -> ObjectRef:
+        """The file's bytes as the object, read from disk a piece at a time."""
+        ...
+
     def get(self, key: str, expected_sha256: str | None = None) -> bytes: ...
 
     def head(self, key: str) -> ObjectRef | None: ...
@@ -122,26 +127,41 @@ class LocalObjectStore:
         return self.root / _check_key(key)
 
     def put(self, key: str, data: bytes) -> ObjectRef:
-        path = self._path(key)
-        digest = sha256_hex(data)
+        return self._create(
+            ObjectRef(key, sha256_hex(data), len(data)), lambda out: out.write(data)
+        )
+
+    def put_file(self, key: str, source: Path) -> ObjectRef:
+        written = _measured(key, _file_chunks(source))
+
+        def copy(out: BinaryIO) -> None:
+            with source.open("rb") as handle:
+                shutil.copyfileobj(handle, out, READ_CHUNK)
+
+        return self._create(written, copy)
+
+    def _create(self, written: ObjectRef, write: Callable[[BinaryIO], object]) -> ObjectRef:
+        """Write to a temporary file beside the key, then link it there: the key holds the
+        whole object or nothing, and an object already there is never replaced."""
+        path = self._path(written.key)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".put-")
         try:
             with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
+                write(handle)
                 handle.flush()
                 os.fsync(handle.fileno())
             try:
                 os.link(tmp, path)
             except FileExistsError:
-                existing = path.read_bytes()
-                if sha256_hex(existing) != digest:
+                existing = self.measure(written.key)
+                if existing is None or existing.sha256 != written.sha256:
                     raise ObjectExistsError(
-                        f"object {key!r} already exists with different content"
+                        f"object {written.key!r} already exists with different content"
                     ) from None
         finally:
             os.unlink(tmp)
-        return ObjectRef(key, digest, len(data))
+        return written
 
     def get(self, key: str, expected_sha256: str | None = None) -> bytes:
         path = self._path(key)
@@ -259,28 +279,36 @@ class S3ObjectStore:
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def put(self, key: str, data: bytes) -> ObjectRef:
+        return self._create(ObjectRef(key, sha256_hex(data), len(data)), data)
+
+    def put_file(self, key: str, source: Path) -> ObjectRef:
+        written = _measured(key, _file_chunks(source))
+        with source.open("rb") as body:
+            return self._create(written, body)
+
+    def _create(self, written: ObjectRef, body: bytes | BinaryIO) -> ObjectRef:
         from botocore.exceptions import ClientError
 
-        digest = sha256_hex(data)
-        checksum = base64.b64encode(bytes.fromhex(digest)).decode()
+        checksum = base64.b64encode(bytes.fromhex(written.sha256)).decode()
         try:
             self.client.put_object(
                 Bucket=self.bucket,
-                Key=self._full(key),
-                Body=data,
+                Key=self._full(written.key),
+                Body=body,
                 ChecksumSHA256=checksum,
                 IfNoneMatch="*",
-                Metadata={"sha256": digest},
+                Metadata={"sha256": written.sha256},
             )
         except ClientError as error:
             code = error.response.get("Error", {}).get("Code", "")
             if code not in ("PreconditionFailed", "ConditionalRequestConflict"):
                 raise
-            if sha256_hex(self.get(key)) != digest:
+            existing = self.measure(written.key)
+            if existing is None or existing.sha256 != written.sha256:
                 raise ObjectExistsError(
-                    f"object {key!r} already exists with different content"
+                    f"object {written.key!r} already exists with different content"
                 ) from None
-        return ObjectRef(key, digest, len(data))
+        return written
 
     def get(self, key: str, expected_sha256: str | None = None) -> bytes:
         from botocore.exceptions import ClientError
