@@ -18,19 +18,14 @@ from gateway.auth import Operator, Viewer
 from gateway.state import State
 from synth_pipelines.contracts.api_errors import ApiError
 from synth_pipelines.contracts.run_record import RunRecord
-from synth_pipelines.control.runs import (
-    AmbiguousRunIdError,
-    RunNotFoundError,
-    get_run,
-    resolve_run_id,
-)
+from synth_pipelines.control.runs import AmbiguousRunIdError, RunNotFoundError, find_run
 
 
 def owned(engine: Engine, text: str, owner: str) -> RunRecord:
     """The run `text` names, if `owner`'s; otherwise 404, the same for a run of another
     owner as for none."""
     try:
-        run = get_run(engine, resolve_run_id(engine, text, owner))
+        run = find_run(engine, text, owner)
     except AmbiguousRunIdError as ambiguous:
         raise ApiError("invalid_request_error", str(ambiguous)) from None
     except RunNotFoundError:

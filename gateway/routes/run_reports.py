@@ -24,11 +24,7 @@ from synth_pipelines.contracts.documents import (
     printed,
 )
 from synth_pipelines.control.checkpoints import run_checkpoints
-from synth_pipelines.control.run_documents import (
-    current_fingerprint,
-    kept_document,
-    store_run_document,
-)
+from synth_pipelines.control.run_documents import kept_document, store_run_document
 from synth_pipelines.control.runs import get_run
 from synth_pipelines.runtime.run_progress import run_progress
 from synth_pipelines.runtime.run_reports import (
@@ -53,10 +49,7 @@ def results(run: ViewedRun, state: State, request: Request) -> Response:
     # that address is part of the fingerprint: a caller is never served a document kept
     # with another address in its link, only one built for its own.
     ui = dagster_ui_url(str(request.base_url))
-    # Fingerprint first, then read: a change made while this reads leaves the kept
-    # document marked older than what it holds, so it is built again, never served stale.
-    fingerprint = current_fingerprint(engine, run_id, config.objects_url, ui)
-    text = kept_document(engine, run_id, fingerprint)
+    fingerprint, text = kept_document(engine, run_id, config.objects_url, ui)
     if text is None:
         document = results_document(engine, state.store, get_run(engine, run_id), ui)
         text = printed("run show", document)

@@ -13,20 +13,21 @@ from synth_pipelines.control.run_document_fingerprint import run_document_finger
 from synth_pipelines.control.schema import run_documents
 
 
-def current_fingerprint(engine: Engine, run_id: str, objects_url: str, dagster_ui_url: str) -> str:
+def kept_document(
+    engine: Engine, run_id: str, objects_url: str, dagster_ui_url: str
+) -> tuple[str, str | None]:
+    """The fingerprint of what the run's document reads now, and the kept document if it
+    was built from exactly that. Fingerprint first, then read: a change made while this
+    reads leaves the kept document marked older than what it holds, so it is built again,
+    never served stale."""
     with engine.connect() as conn:
-        return run_document_fingerprint(conn, run_id, objects_url, dagster_ui_url)
-
-
-def kept_document(engine: Engine, run_id: str, fingerprint: str) -> str | None:
-    """The run's kept document, if it was built from what `fingerprint` says is there now."""
-    with engine.connect() as conn:
+        fingerprint = run_document_fingerprint(conn, run_id, objects_url, dagster_ui_url)
         row = conn.execute(
             select(run_documents.c.document).where(
                 run_documents.c.run_id == run_id, run_documents.c.fingerprint == fingerprint
             )
         ).first()
-    return None if row is None else str(row.document)
+    return fingerprint, None if row is None else str(row.document)
 
 
 def store_run_document(engine: Engine, run_id: str, fingerprint: str, text: str) -> None:

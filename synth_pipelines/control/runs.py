@@ -152,30 +152,31 @@ def get_run(engine: Engine, run_id: str) -> RunRecord:
     return RunRecord.model_validate(row, from_attributes=True)
 
 
-def resolve_run_id(engine: Engine, text: str, owner: str) -> str:
-    """The whole id of the run `text` names: a whole id as it is (its owner is checked by
-    the caller), or a prefix that exactly one of `owner`'s runs starts with."""
+def find_run(engine: Engine, text: str, owner: str) -> RunRecord:
+    """The run `text` names: by its whole id (its owner is checked by the caller), or by a
+    prefix that exactly one of `owner`'s runs starts with."""
     with engine.connect() as conn:
-        if conn.execute(select(runs.c.run_id).where(runs.c.run_id == text)).first():
-            return text
-        # Only the owner's runs are candidates: a prefix must not reveal other owners' ids.
-        matches: list[str] = list(
-            conn.execute(
-                select(runs.c.run_id)
+        row = conn.execute(select(runs).where(runs.c.run_id == text)).first()
+        if row is None:
+            # Only the owner's runs are candidates: a prefix must not reveal other owners' ids.
+            rows = conn.execute(
+                select(runs)
                 .where(runs.c.owner == owner, runs.c.run_id.startswith(text, autoescape=True))
                 .order_by(runs.c.run_id)
                 .limit(CANDIDATES_SHOWN + 1)
-            ).scalars()
-        )
-    if len(matches) == 1 and text:
-        return matches[0]
-    if not matches or not text:
-        raise RunNotFoundError(f"no run {text!r}; `synth run list` shows the known runs")
-    shown = ", ".join(matches[:CANDIDATES_SHOWN])
-    more = " and more" if len(matches) > CANDIDATES_SHOWN else ""
-    raise AmbiguousRunIdError(
-        f"run id prefix {text!r} matches several runs: {shown}{more}; give more of the id"
-    )
+            ).all()
+            if len(rows) == 1 and text:
+                row = rows[0]
+            elif not rows or not text:
+                raise RunNotFoundError(f"no run {text!r}; `synth run list` shows the known runs")
+            else:
+                shown = ", ".join(candidate.run_id for candidate in rows[:CANDIDATES_SHOWN])
+                more = " and more" if len(rows) > CANDIDATES_SHOWN else ""
+                raise AmbiguousRunIdError(
+                    f"run id prefix {text!r} matches several runs: {shown}{more}; give more "
+                    "of the id"
+                )
+    return RunRecord.model_validate(row, from_attributes=True)
 
 
 def list_runs(
