@@ -41,12 +41,6 @@ def write_code_server_workspace(config: Settings) -> None:
     path.write_text(json.dumps({"load_from": [{"grpc_server": target}]}, indent=2) + "\n")
 
 
-GATEWAY_NICENESS = 10
-"""The gateway is scheduled below the work it admits: on a host whose cores the runs keep
-busy, operators reading and following them wait their turn (milliseconds) rather than
-slowing the attempts (`benchmarks/gateway_load.py`)."""
-
-
 def gateway_service(config: Settings, listen: str | None = None) -> Service:
     """The gateway: on `gateway_url` over HTTP, or on `listen` (HOST:PORT) over HTTPS,
     its health checked over loopback against the authority of its certificate."""
@@ -57,7 +51,6 @@ def gateway_service(config: Settings, listen: str | None = None) -> Service:
             argv=argv,
             health_url=f"{config.gateway_url}/health",
             address=config.gateway_url,
-            niceness=GATEWAY_NICENESS,
         )
     host, _, port = listen.rpartition(":")
     local = "127.0.0.1" if host.strip("[]") in ("0.0.0.0", "::", "") else host
@@ -72,7 +65,6 @@ def gateway_service(config: Settings, listen: str | None = None) -> Service:
         health_url=f"https://{local}:{port}/health",
         address=f"https://{host}:{port}",
         ca_file=authority,
-        niceness=GATEWAY_NICENESS,
     )
 
 

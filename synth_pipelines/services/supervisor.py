@@ -45,9 +45,6 @@ class Service:
     stop_signal: int = signal.SIGTERM
     ca_file: Path | None = None
     """The authority its health URL's certificate is checked against; None: the system's."""
-    niceness: int = 0
-    """How far below the platform's other processes it is scheduled (`nice`), it and what
-    it starts: 0, the same."""
 
 
 class ServiceStartError(RuntimeError):
@@ -157,9 +154,6 @@ def _start(state_dir: Path, service: Service, cwd: Path) -> tuple[int, bool]:
             # services' own files) is its owner's, whoever started it.
             umask=OWNER_ONLY_UMASK,
         )
-    if service.niceness:
-        own = os.getpriority(os.PRIO_PROCESS, 0)
-        os.setpriority(os.PRIO_PROCESS, process.pid, own + service.niceness)
     _pid_file(state_dir, service.name).write_text(str(process.pid))
     _argv_file(state_dir, service.name).write_text(json.dumps(service.argv))
     _wait_ready(state_dir, service, process.pid)
