@@ -74,11 +74,42 @@ def _ensure_operator_key(config: Settings) -> None:
     )
 
 
+RUNS_NAMED = 5
+"""Active runs named when `synth up` refuses to restart a service under them."""
+
+
+def _refuse_under_running_work(config: Settings, changed: list[str]) -> None:
+    """Exit 2 if any run is active: restarting a service it samples or trains through
+    (the model service's sessions, the proxy's, the daemon's launches) would end its work."""
+    from synth_pipelines.control.database import control_engine
+    from synth_pipelines.control.runs import active_runs
+
+    active = active_runs(control_engine(config))
+    if not active:
+        return
+    shown = ", ".join(run.run_id for run in active[:RUNS_NAMED])
+    more = f" and {len(active) - RUNS_NAMED} more" if len(active) > RUNS_NAMED else ""
+    fail(
+        f"{', '.join(changed)} would restart with another configuration under "
+        f"{len(active)} active run(s) ({shown}{more}), ending their work; nothing was "
+        "restarted: let them finish or cancel them (`synth run cancel RUN`), then run "
+        "`synth up` again"
+    )
+
+
 def _start_all(
     config: Settings, services: list[Service], say: Callable[[str], None] | None = None
 ) -> list[dict[str, Any]]:
-    from synth_pipelines.services.supervisor import ServiceBusyError, ServiceStartError, start
+    from synth_pipelines.services.supervisor import (
+        ServiceBusyError,
+        ServiceStartError,
+        reconfigured,
+        start,
+    )
 
+    changed = [service.name for service in services if reconfigured(config.state_dir, service)]
+    if changed:
+        _refuse_under_running_work(config, changed)
     rows = []
     for service in services:
         try:

@@ -179,6 +179,19 @@ def find_run(engine: Engine, text: str, owner: str) -> RunRecord:
     return RunRecord.model_validate(row, from_attributes=True)
 
 
+ACTIVE_STATUSES = ("accepted", "running")
+"""A run with work admitted or under way: its batches sample through the model service."""
+
+
+def active_runs(engine: Engine) -> list[RunRecord]:
+    """Every owner's runs that are accepted or running, oldest first."""
+    query = select(runs).where(runs.c.status.in_(ACTIVE_STATUSES)).order_by(runs.c.created_at)
+    with engine.connect() as conn:
+        return [
+            RunRecord.model_validate(row, from_attributes=True) for row in conn.execute(query).all()
+        ]
+
+
 def list_runs(
     engine: Engine,
     owner: str | None = None,

@@ -127,14 +127,24 @@ def start(state_dir: Path, service: Service, cwd: Path) -> tuple[int, bool]:
         return _start(state_dir, service, cwd)
 
 
+def _started_otherwise(state_dir: Path, service: Service) -> bool:
+    try:
+        started: object = json.loads(_argv_file(state_dir, service.name).read_text())
+    except (FileNotFoundError, ValueError):
+        return False
+    return started != service.argv
+
+
+def reconfigured(state_dir: Path, service: Service) -> bool:
+    """Whether the service runs with another command line than `service`'s: `start`
+    would stop it and start it again."""
+    return running_pid(state_dir, service) is not None and _started_otherwise(state_dir, service)
+
+
 def _start(state_dir: Path, service: Service, cwd: Path) -> tuple[int, bool]:
     pid = running_pid(state_dir, service)
     if pid is not None:
-        try:
-            same = json.loads(_argv_file(state_dir, service.name).read_text()) == service.argv
-        except (FileNotFoundError, ValueError):
-            same = True
-        if same:
+        if not _started_otherwise(state_dir, service):
             _wait_ready(state_dir, service, pid)
             return pid, False
         _stop(state_dir, service)
