@@ -38,7 +38,7 @@ from synth_pipelines.services.production import read_env_file
 from synth_pipelines.services.supervisor import Service, start, stop
 from synth_pipelines.storage.objectstore import open_object_store
 from tests.agent_runs import trial_outcomes
-from tests.conftest import PROJECT_ROOT, SAMPLE_DATASET
+from tests.conftest import PROJECT_ROOT
 from tests.production_services import (
     DeploymentCli,
     ProductionEnvironment,
@@ -47,6 +47,7 @@ from tests.production_services import (
     free_port,
     wait_until_stopped,
 )
+from tests.slow_tasks import slow_dataset
 from tests.test_pool_admission import most_at_once
 from tests.training_runs import script_one_right_one_wrong, training_dataset
 
@@ -227,20 +228,6 @@ def _first_attempt(deployment: DockerDeployment, run_id: str) -> str:
     return deployment.synth("attempt", "show", finished.data["attempt_id"]).stdout
 
 
-def _slow_dataset(root: Path, seconds: int) -> Path:
-    """One sample task whose oracle sleeps first: a batch that lasts until it is stopped."""
-    dataset = root / "slow"
-    task = shutil.copytree(SAMPLE_DATASET / "write-robots-txt", dataset / "write-robots-txt")
-    solve = task / "solution" / "solve.sh"
-    lines = solve.read_text().splitlines()
-    solve.write_text("\n".join([lines[0], f"sleep {seconds}", *lines[1:]]) + "\n")
-    config = task / "task.toml"
-    config.write_text(
-        config.read_text().replace("timeout_sec = 120", f"timeout_sec = {seconds * 2}")
-    )
-    return dataset
-
-
 # The first test of a fresh image cache builds the image (minutes) before its runs.
 @pytest.mark.timeout(1800)
 def test_an_evaluation_and_a_training_run_run_together_in_containers(
@@ -384,7 +371,7 @@ def test_a_killed_container_fails_its_run_and_cancel_stops_one(
     published = deployed.synth(
         "dataset",
         "publish",
-        str(_slow_dataset(tmp_path, 120)),
+        str(slow_dataset(tmp_path, 120)),
         "--name",
         "synth/slow",
         "--version",
