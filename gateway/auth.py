@@ -45,15 +45,20 @@ def operator_key(request: Request, state: State) -> OperatorKey:
         raise ApiError("authentication_error", str(refused)) from None
 
 
+def allowed(key: OperatorKey, needed: Role) -> OperatorKey:
+    """`key`, if its role is `needed` or above; otherwise 403."""
+    if not allows(key.role, needed):
+        raise ApiError(
+            "permission_error",
+            f"this needs a key with role {needed} or above; key {key.key_id} is a {key.role}'s",
+        )
+    return key
+
+
 def requires(needed: Role) -> Callable[[OperatorKey], Awaitable[OperatorKey]]:
     # No I/O: on the event loop, where a plain function would cost a hop to the pool.
     async def check(key: Annotated[OperatorKey, Depends(operator_key)]) -> OperatorKey:
-        if not allows(key.role, needed):
-            raise ApiError(
-                "permission_error",
-                f"this needs a key with role {needed} or above; key {key.key_id} is a {key.role}'s",
-            )
-        return key
+        return allowed(key, needed)
 
     return check
 
