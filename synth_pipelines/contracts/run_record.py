@@ -10,9 +10,11 @@ from synth_pipelines.contracts.plan import Plan
 from synth_pipelines.contracts.run_spec import RunSpec
 from synth_pipelines.contracts.stored import JsonText, UtcDateTime
 
+ACTIVE = ("accepted", "running")
+"""A run with work admitted or under way: its batches sample through the model service."""
 TERMINAL = ("succeeded", "failed", "cancelled")
 """Final states: a run in one of them is never moved again."""
-STATUSES = ("accepted", "running", "interrupted", *TERMINAL)
+STATUSES = (*ACTIVE, "interrupted", *TERMINAL)
 KINDS = tuple(
     get_args(plan.model_fields["kind"].annotation)[0] for plan in get_args(get_args(Plan)[0])
 )

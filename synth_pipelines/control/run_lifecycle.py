@@ -6,6 +6,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from synth_pipelines.contracts.run_record import ACTIVE
 from synth_pipelines.contracts.run_spec import RunSpec, batch_key
 from synth_pipelines.control.events import read_events, record_event
 from synth_pipelines.control.policy_updates import refuse_if_unresolved
@@ -48,7 +49,7 @@ def interrupt_run(engine: Engine, run_id: str, reason: str, data: dict[str, Any]
         "interrupted",
         "run.interrupted",
         {"reason": reason, **data},
-        from_status=("accepted", "running"),
+        from_status=ACTIVE,
     )
 
 
@@ -77,5 +78,5 @@ def cancel_run(engine: Engine, run_id: str, reason: str) -> bool:
         "cancelled",
         "run.cancelled",
         {"reason": reason},
-        from_status=("accepted", "running", "interrupted"),
+        from_status=(*ACTIVE, "interrupted"),
     )

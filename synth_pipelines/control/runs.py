@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import Engine, select, update
 from sqlalchemy.exc import IntegrityError
 
-from synth_pipelines.contracts.run_record import RunRecord
+from synth_pipelines.contracts.run_record import ACTIVE, RunRecord
 from synth_pipelines.contracts.run_spec import RunRequest, RunSpec
 from synth_pipelines.control.events import append_event
 from synth_pipelines.control.schema import runs
@@ -179,13 +179,9 @@ def find_run(engine: Engine, text: str, owner: str) -> RunRecord:
     return RunRecord.model_validate(row, from_attributes=True)
 
 
-ACTIVE_STATUSES = ("accepted", "running")
-"""A run with work admitted or under way: its batches sample through the model service."""
-
-
 def active_runs(engine: Engine) -> list[RunRecord]:
     """Every owner's runs that are accepted or running, oldest first."""
-    query = select(runs).where(runs.c.status.in_(ACTIVE_STATUSES)).order_by(runs.c.created_at)
+    query = select(runs).where(runs.c.status.in_(ACTIVE)).order_by(runs.c.created_at)
     with engine.connect() as conn:
         return [
             RunRecord.model_validate(row, from_attributes=True) for row in conn.execute(query).all()
@@ -220,7 +216,7 @@ def transition(
     event: str,
     data: dict[str, Any] | None = None,
     *,
-    from_status: tuple[str, ...] = ("accepted", "running"),
+    from_status: tuple[str, ...] = ACTIVE,
 ) -> bool:
     """Move a run to `status` with its event if it is in one of `from_status`.
 

@@ -9,7 +9,6 @@ store a piece at a time."""
 
 from __future__ import annotations
 
-import hashlib
 import sys
 import tempfile
 from pathlib import Path
@@ -20,7 +19,7 @@ from sqlalchemy import Engine
 from synth_pipelines.contracts.run_export import ExportedTable, FileFormat, TableName
 from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.runtime.run_tables import READERS, EvidenceUnreadableError, write_table
-from synth_pipelines.storage.objectstore import READ_CHUNK, ObjectRef, ObjectStore
+from synth_pipelines.storage.objectstore import ObjectRef, ObjectStore, file_sha256
 
 MODULE = "synth_pipelines.runtime.run_exports"
 """The module a process exporting a table runs."""
@@ -48,14 +47,6 @@ class ExportOutcome(BaseModel):
     """The evidence failed its integrity check: nothing was exported."""
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(READ_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def export_table(
     engine: Engine, store: ObjectStore, run: RunRecord, what: TableName, file_format: FileFormat
 ) -> tuple[ExportedTable, ObjectRef]:
@@ -74,7 +65,7 @@ def export_table(
         written = Path(scratch) / f"{what}.{file_format}"
         write_table(table, written, file_format)
         del table
-        key = f"runs/{run.run_id}/exports/{what}-{_file_sha256(written)}.{file_format}"
+        key = f"runs/{run.run_id}/exports/{what}-{file_sha256(written)}.{file_format}"
         return exported, store.put_file(key, written)
 
 

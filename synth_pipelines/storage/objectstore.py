@@ -75,6 +75,11 @@ def _file_chunks(path: Path) -> Iterator[bytes]:
             yield chunk
 
 
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes, read a piece at a time."""
+    return _measured(str(path), _file_chunks(path)).sha256
+
+
 def _check_key(key: str) -> str:
     if not key or key.startswith("/") or any(part in ("", ".", "..") for part in key.split("/")):
         raise ValueError(f"invalid object key {key!r}: use relative 'a/b/c' keys without '..'")
