@@ -6,10 +6,28 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from tests.conftest import PROJECT_ROOT
 from tests.production_services import free_port
+
+SYNTH = str(Path(sys.executable).parent / "synth")
+ADDRESSES = (
+    "SYNTH_DAGSTER_URL",
+    "SYNTH_PROXY_URL",
+    "SYNTH_MODEL_SERVICE_URL",
+    "SYNTH_GATEWAY_URL",
+)
+"""The services `synth up` starts that listen on an address of their own."""
+
+
+def synth(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    """The `synth` command, run as an operator runs it in that environment."""
+    return subprocess.run(
+        [SYNTH, *args], env=env, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600
+    )
 
 
 def embedded_environment(tmp_path: Path, addresses: tuple[str, ...]) -> dict[str, str]:

@@ -9,10 +9,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import dagster as dg
@@ -22,14 +18,10 @@ from synth_pipelines.config import Settings
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import read_events
 from synth_pipelines.control.runs import get_run
-from tests.conftest import PROJECT_ROOT
+from tests.embedded_environment import ADDRESSES, synth
+from tests.fault_injection import wait_for
+from tests.production_services import free_port
 from tests.slow_tasks import slow_dataset
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _held_leases(sandboxes: Path) -> list[Path]:
@@ -44,34 +36,14 @@ def _held_leases(sandboxes: Path) -> list[Path]:
     return held
 
 
-def _wait_for(what: str, check, timeout_sec: float):
-    deadline = time.monotonic() + timeout_sec
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.5)
-    pytest.fail(f"{what} within {timeout_sec:.0f} s")
-
-
 @pytest.mark.slow
-def test_cancel_stops_an_active_batch_and_its_sandboxes(state, monkeypatch, tmp_path):
-    monkeypatch.setenv("SYNTH_DAGSTER_URL", f"http://127.0.0.1:{_free_port()}")
-    env = os.environ.copy()
-
-    def synth(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "synth_pipelines.cli", *args],
-            cwd=PROJECT_ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-
-    assert synth("up", "--json").returncode == 0
+def test_cancel_stops_an_active_batch_and_its_sandboxes(state, tmp_path):
+    # The test's state directory, with every service on a free port of its own.
+    env = {**os.environ, **{variable: f"http://127.0.0.1:{free_port()}" for variable in ADDRESSES}}
+    assert synth(env, "up", "--json").returncode == 0
     try:
         published = synth(
+            env,
             "dataset",
             "publish",
             str(slow_dataset(tmp_path, 300)),
@@ -83,6 +55,7 @@ def test_cancel_stops_an_active_batch_and_its_sandboxes(state, monkeypatch, tmp_
         assert published.returncode == 0, published.stderr
         plan = json.dumps({"kind": "eval", "max_tasks": 1, "tasks_per_batch": 1})
         started = synth(
+            env,
             "run",
             "start",
             "--dataset",
@@ -97,18 +70,18 @@ def test_cancel_stops_an_active_batch_and_its_sandboxes(state, monkeypatch, tmp_
         run_id = json.loads(started.stdout)["run_id"]
         sandboxes = Settings().sandboxes_dir
         engine = control_engine(Settings())
-        _wait_for(
-            "no batch started",
+        wait_for(
             lambda: read_events(engine, run_id=run_id, kinds=("batch.started",)),
+            "a batch start",
             240,
         )
-        _wait_for("no sandbox of the batch ran", lambda: _held_leases(sandboxes), 240)
+        wait_for(lambda: _held_leases(sandboxes), "a sandbox of the batch running", 240)
 
-        cancel = synth("run", "cancel", run_id, "--json")
+        cancel = synth(env, "run", "cancel", run_id, "--json")
         assert cancel.returncode == 0, cancel.stderr
         cancelled = json.loads(cancel.stdout)
         assert cancelled["status"] == "cancelled" and cancelled["terminated"], cancelled
-        _wait_for("its sandboxes still run", lambda: not _held_leases(sandboxes) or None, 60)
+        wait_for(lambda: not _held_leases(sandboxes), "every sandbox of the batch gone", 60)
         with dg.DagsterInstance.get() as instance:
             (batch,) = [
                 record.dagster_run
@@ -122,4 +95,4 @@ def test_cancel_stops_an_active_batch_and_its_sandboxes(state, monkeypatch, tmp_
         kinds = [event.kind for event in read_events(engine, run_id=run_id)]
         assert kinds[-1] == "run.cancelled" and "batch.completed" not in kinds, kinds
     finally:
-        synth("down")
+        synth(env, "down")

@@ -8,23 +8,12 @@ of all those processes are read from the kernel.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import PROJECT_ROOT
-from tests.embedded_environment import embedded_environment
+from tests.embedded_environment import ADDRESSES, embedded_environment, synth
 from tests.listening_sockets import listeners, session_processes
-
-SYNTH = str(Path(sys.executable).parent / "synth")
-ADDRESSES = (
-    "SYNTH_DAGSTER_URL",
-    "SYNTH_PROXY_URL",
-    "SYNTH_MODEL_SERVICE_URL",
-    "SYNTH_GATEWAY_URL",
-)
 
 
 @pytest.fixture
@@ -32,15 +21,9 @@ def embedded_env(tmp_path: Path) -> dict[str, str]:
     return embedded_environment(tmp_path, ADDRESSES)
 
 
-def _synth(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [SYNTH, *args], env=env, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600
-    )
-
-
 @pytest.mark.slow
 def test_every_service_synth_up_starts_listens_on_loopback_only(embedded_env):
-    started = _synth(embedded_env, "up", "--json")
+    started = synth(embedded_env, "up", "--json")
     try:
         assert started.returncode == 0, started.stdout + started.stderr
         rows = json.loads(started.stdout)
@@ -63,11 +46,11 @@ def test_every_service_synth_up_starts_listens_on_loopback_only(embedded_env):
         (gateway,) = [row for row in rows if row["service"] == "gateway"]
         assert gateway["address"] == embedded_env["SYNTH_GATEWAY_URL"]
         assert Path(gateway["api_key_file"]).stat().st_mode & 0o777 == 0o600
-        keys = _synth(embedded_env, "admin", "key", "list", "--json")
+        keys = synth(embedded_env, "admin", "key", "list", "--json")
         assert keys.returncode == 0, keys.stderr
         assert [(key["owner"], key["role"]) for key in json.loads(keys.stdout)] == [
             ("local", "admin")
         ]
     finally:
-        stopped = _synth(embedded_env, "down", "--json")
+        stopped = synth(embedded_env, "down", "--json")
         assert stopped.returncode == 0, stopped.stdout + stopped.stderr

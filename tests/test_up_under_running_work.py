@@ -10,31 +10,16 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from synth_pipelines.control.database import engine_for
 from synth_pipelines.control.run_lifecycle import cancel_run
-from tests.conftest import PROJECT_ROOT
-from tests.embedded_environment import embedded_environment
+from tests.embedded_environment import ADDRESSES, embedded_environment, synth
 from tests.gateway_support import Gateway
 
-SYNTH = str(Path(sys.executable).parent / "synth")
-ADDRESSES = (
-    "SYNTH_DAGSTER_URL",
-    "SYNTH_PROXY_URL",
-    "SYNTH_MODEL_SERVICE_URL",
-    "SYNTH_GATEWAY_URL",
-)
 OTHER_MODEL = {"SYNTH_BASE_MODEL": "synth/qwen3-learner"}
-
-
-def _synth(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [SYNTH, *args], env=env, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600
-    )
 
 
 def _pids(done: subprocess.CompletedProcess) -> dict[str, int]:
@@ -45,14 +30,14 @@ def _pids(done: subprocess.CompletedProcess) -> dict[str, int]:
 @pytest.mark.slow
 def test_another_configuration_waits_until_no_run_is_active(tmp_path: Path):
     env = embedded_environment(tmp_path, ADDRESSES)
-    first = _pids(_synth(env, "up", "--json"))
+    first = _pids(synth(env, "up", "--json"))
     try:
-        held = _synth(env, "admin", "org", "limits", "lab", "--max-runs", "0", "--json")
+        held = synth(env, "admin", "org", "limits", "lab", "--max-runs", "0", "--json")
         assert held.returncode == 0, held.stderr
         engine = engine_for(f"sqlite:///{tmp_path / 'state' / 'control.db'}")
         run = Gateway("", engine, b"").run("alice", org="lab")
 
-        refused = _synth({**env, **OTHER_MODEL}, "up", "--json")
+        refused = synth({**env, **OTHER_MODEL}, "up", "--json")
         assert refused.returncode == 2, refused.stdout + refused.stderr
         lines = [line for line in refused.stderr.splitlines() if line.strip()]
         assert len(lines) == 1, refused.stderr
@@ -60,14 +45,14 @@ def test_another_configuration_waits_until_no_run_is_active(tmp_path: Path):
         assert "nothing was restarted" in lines[0]
         assert json.loads(refused.stdout)["exit_code"] == 2
         # Every service is the one started first: the same command line finds each.
-        assert _pids(_synth(env, "up", "--json")) == first
+        assert _pids(synth(env, "up", "--json")) == first
 
         assert cancel_run(engine, run.run_id, "the operator's choice")
-        restarted = _pids(_synth({**env, **OTHER_MODEL}, "up", "--json"))
+        restarted = _pids(synth({**env, **OTHER_MODEL}, "up", "--json"))
         assert restarted["model-service"] != first["model-service"]
         assert {name: pid for name, pid in restarted.items() if name != "model-service"} == {
             name: pid for name, pid in first.items() if name != "model-service"
         }
     finally:
-        stopped = _synth(env, "down", "--json")
+        stopped = synth(env, "down", "--json")
         assert stopped.returncode == 0, stopped.stdout + stopped.stderr
