@@ -39,7 +39,9 @@ def owned(engine: Engine, text: str, owner: str) -> RunRecord:
 # event loop. Each checks the key itself rather than depending on `Viewer` or `Operator`:
 # the key and the run are found in one hop to the pool, where two dependencies would take
 # two (a poll of `/results` costs about a fifth less CPU).
-def _viewed_run(run_id: str, request: Request, state: State) -> RunRecord:
+def viewed_run(run_id: str, request: Request, state: State) -> RunRecord:
+    """The `{run_id}` run of the key's owner, for any key (a plain function: a route that
+    reads more in the same hop to the thread pool calls it there)."""
     key = allowed(operator_key(request, state), "viewer")
     return owned(state.engine, run_id, key.owner)
 
@@ -49,7 +51,7 @@ def _steered_run(run_id: str, request: Request, state: State) -> RunRecord:
     return owned(state.engine, run_id, key.owner)
 
 
-ViewedRun = Annotated[RunRecord, Depends(_viewed_run)]
+ViewedRun = Annotated[RunRecord, Depends(viewed_run)]
 """The `{run_id}` run of the key's owner."""
 SteeredRun = Annotated[RunRecord, Depends(_steered_run)]
 """The `{run_id}` run of the key's owner, for a key that may steer it (an operator's)."""

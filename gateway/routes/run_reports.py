@@ -9,12 +9,13 @@ run costs a fingerprint, not a rebuild.
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
 from gateway.openapi import refusals
-from gateway.owned_runs import ViewedRun
+from gateway.owned_runs import ViewedRun, viewed_run
 from gateway.routes.dagster import dagster_ui_url
-from gateway.state import State
+from gateway.state import GatewayState, State
 from synth_pipelines.contracts.checkpoint import Checkpoint
 from synth_pipelines.contracts.documents import (
     AssessmentComparison,
@@ -38,23 +39,31 @@ JSON = "application/json"
 
 
 @router.get("/{run_id}/results", response_model=RunResultsDocument, responses=refusals(400, 404))
-def results(run: ViewedRun, state: State, request: Request) -> Response:
+async def results(run_id: str, state: State, request: Request) -> Response:
     """Status, per-task attempts and rewards, pass rate, what stopped the run and, for a
     training run, what each batch's update did: the document `synth run show --json`
     prints, byte for byte."""
-    engine, config = state.engine, state.config
-    run_id = run.run_id
+    # The key, the run and the kept document in one hop to the thread pool, where the
+    # `ViewedRun` dependency and the route would take two: polls of a run under way are
+    # most of what a gateway serves.
+    text = await run_in_threadpool(_results_text, run_id, request, state)
+    return Response(text, media_type=JSON)
+
+
+def _results_text(run_id: str, request: Request, state: GatewayState) -> str:
+    engine = state.engine
+    run = viewed_run(run_id, request, state)
     # The run's Dagster link is on the address this request reached the gateway at, which
     # differs between callers (loopback, `--listen`'s address, a name in front of it), so
     # that address is part of the fingerprint: a caller is never served a document kept
     # with another address in its link, only one built for its own.
     ui = dagster_ui_url(str(request.base_url))
-    fingerprint, text = kept_document(engine, run_id, config.objects_url, ui)
+    fingerprint, text = kept_document(engine, run, state.config.objects_url, ui)
     if text is None:
-        document = results_document(engine, state.store, get_run(engine, run_id), ui)
+        document = results_document(engine, state.store, get_run(engine, run.run_id), ui)
         text = printed("run show", document)
-        store_run_document(engine, run_id, fingerprint, text)
-    return Response(text, media_type=JSON)
+        store_run_document(engine, run.run_id, fingerprint, text)
+    return text
 
 
 @router.get("/{run_id}/metrics", response_model=RunMetricsDocument, responses=refusals(400, 404))

@@ -1,6 +1,6 @@
 """What `synth run show --json` of a run is computed from, reduced to one digest.
 
-The document is built from the run's row, its stop events (the stop cause), its
+The document is built from the run's record, its stop events (the stop cause), its
 batches' tallies and its policy updates, with the object store's address and the address of
 the Dagster UI its link is on, by the code of the platform's CLI, control, contracts and
 runtime packages. The digest covers every one of those, so a stored document whose digest
@@ -15,6 +15,8 @@ from pathlib import Path
 
 from sqlalchemy import Connection, text
 
+from synth_pipelines.contracts.run_record import RunRecord
+
 PACKAGE = Path(__file__).resolve().parent.parent
 CODE = ("cli", "control", "contracts", "runtime")
 """The packages whose code builds the document: a changed line invalidates every copy."""
@@ -24,13 +26,17 @@ STOP_EVENTS = ("run.interrupted", "run.failed")
 batch's tally is stored, so a run under way is answered from the kept document between
 batches."""
 
-QUERIES = (
-    "SELECT * FROM runs WHERE run_id = :run",
-    "SELECT max(seq) FROM run_events WHERE run_id = :run AND kind IN ("
-    + ", ".join(f"'{kind}'" for kind in STOP_EVENTS)
-    + ")",
-    "SELECT batch_index, recorded_at FROM batch_results WHERE run_id = :run ORDER BY batch_index",
-    "SELECT * FROM policy_updates WHERE run_id = :run ORDER BY batch",
+# Built once, as every poll of a run's results runs them.
+QUERIES = tuple(
+    text(query)
+    for query in (
+        "SELECT max(seq) FROM run_events WHERE run_id = :run AND kind IN ("
+        + ", ".join(f"'{kind}'" for kind in STOP_EVENTS)
+        + ")",
+        "SELECT batch_index, recorded_at FROM batch_results WHERE run_id = :run "
+        "ORDER BY batch_index",
+        "SELECT * FROM policy_updates WHERE run_id = :run ORDER BY batch",
+    )
 )
 
 
@@ -47,11 +53,15 @@ def code_digest() -> str:
 
 
 def run_document_fingerprint(
-    conn: Connection, run_id: str, objects_url: str, dagster_ui_url: str
+    conn: Connection, run: RunRecord, objects_url: str, dagster_ui_url: str
 ) -> str:
-    """The digest of everything the run's document reads."""
-    digest = hashlib.sha256(f"{code_digest()}\n{objects_url}\n{dagster_ui_url}\n".encode())
+    """The digest of everything the run's document reads, `run` being its record as the
+    caller found it (a record read before the rest is at worst older, so a document built
+    after this is never kept under a fingerprint newer than what it holds)."""
+    digest = hashlib.sha256(
+        f"{code_digest()}\n{objects_url}\n{dagster_ui_url}\n{run.model_dump_json()}\n".encode()
+    )
     for query in QUERIES:
-        rows = conn.execute(text(query), {"run": run_id}).all()
+        rows = conn.execute(query, {"run": run.run_id}).all()
         digest.update(repr([tuple(row) for row in rows]).encode())
     return digest.hexdigest()

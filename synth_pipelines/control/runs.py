@@ -12,7 +12,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 
 from synth_pipelines.contracts.run_record import ACTIVE, RunRecord
@@ -144,9 +144,13 @@ def accept_run(
     return record, True
 
 
+# Built once: the gateway reads a run on every request about one.
+_BY_ID = select(runs).where(runs.c.run_id == bindparam("run_id"))
+
+
 def get_run(engine: Engine, run_id: str) -> RunRecord:
     with engine.connect() as conn:
-        row = conn.execute(select(runs).where(runs.c.run_id == run_id)).first()
+        row = conn.execute(_BY_ID, {"run_id": run_id}).first()
     if row is None:
         raise RunNotFoundError(f"no run {run_id!r}; `synth run list` shows the known runs")
     return RunRecord.model_validate(row, from_attributes=True)
@@ -156,7 +160,7 @@ def find_run(engine: Engine, text: str, owner: str) -> RunRecord:
     """The run `text` names: by its whole id (its owner is checked by the caller), or by a
     prefix that exactly one of `owner`'s runs starts with."""
     with engine.connect() as conn:
-        row = conn.execute(select(runs).where(runs.c.run_id == text)).first()
+        row = conn.execute(_BY_ID, {"run_id": text}).first()
         if row is None:
             # Only the owner's runs are candidates: a prefix must not reveal other owners' ids.
             rows = conn.execute(
