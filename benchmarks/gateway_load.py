@@ -4,34 +4,48 @@ evaluation without them (the baseline, measured before and after in the same run
 The embedded platform is started once, as `synth up` starts it (model service scripted,
 capture proxy, gateway, Dagster code server, daemon and webserver, on free ports), and a
 dataset of trivial tasks is published once. Then the same evaluation of the built-in agent
-(one scripted model call per attempt, through the proxy) runs three times, each a new run
-of the same size, in the order quiet, loaded, quiet, so that a host whose speed drifts is
-measured on both sides of the loaded run. During the loaded run `--clients` threads each
+(one scripted model call per attempt, through the proxy) runs `2 * --rounds + 1` times,
+each a new run of the same size, alternating quiet and loaded and starting and ending
+quiet, so that a host whose speed drifts is measured on both sides of every loaded run
+(on a shared host two quiet runs minutes apart have differed by over 20%). During a loaded
+run `--clients` threads each
 read `GET /v1/runs/{run}/results` (what `synth run show RUN --json` prints) every
 `--poll-sec`, and as many followers follow the run's events over server-sent events
 (`GET /v1/runs/{run}/events?follow=true`), all with the local operator's key.
+
+The clients stand for operators' own machines, so they run in a process of their own at
+the idle scheduling class (`SCHED_IDLE`): they spend only CPU the platform leaves unused,
+where on other machines they would spend none of this host's. The gateway runs as
+`synth up` runs it, so everything it spends serving them is counted against the run. A
+client starved of CPU would deliver less load rather than slow the run, so the report
+counts the polls delivered against the polls due (target >= 95%), and the poll latencies
+are measured by the clients, their own scheduling delays included.
 
 A run's throughput is its attempts over the time from its `run.accepted` event to its
 `run.succeeded` event, both as committed to the control database: everything after
 acceptance (the batch gate noticing the run, launching each batch, the attempts, the
 tallies) is something the load could slow, so nothing is left out.
 
-It reports the quiet runs' throughputs, the loaded one and its ratio to the quiet mean
-(target >= 0.95); the polls' count, p50 and p99 (target p99 < 1 s) and errors (target 0);
+It reports each run's throughput and the CPU time the host's hypervisor took from it
+(steal); the loaded runs' mean throughput over the quiet runs' mean (target >= 0.95) and
+each loaded run's ratio to the two quiet runs beside it; over the loaded runs, the polls'
+count, p50 and p99 (target p99 < 1 s) and errors (target 0);
 whether every follower saw `run.succeeded`, and the time from an event's `created_at`
 (stamped in the transaction that commits it) to its arrival at a follower, p50 and worst,
 for the events committed once every follower was connected; and the CPU seconds of the
-gateway and of this process (the clients) in each run. A run that does not succeed with
+gateway and of the clients' process in each run. A run that does not succeed with
 every attempt finished and none failed ends the benchmark as FAILED.
 
-    .venv/bin/python -m benchmarks.gateway_load [--attempts 600] [--concurrency 4] \
-        [--clients 50] [--poll-sec 1.0] [--keep]
+    .venv/bin/python -m benchmarks.gateway_load [--attempts 600] [--rounds 2] \
+        [--concurrency 4] [--clients 50] [--poll-sec 1.0] [--keep]
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import multiprocessing
+import os
 import signal
 import statistics
 import sys
@@ -39,6 +53,8 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
 
 import httpx
@@ -46,7 +62,7 @@ from sqlalchemy import Engine
 
 from benchmarks.gateway_reads import follow, percentile
 from benchmarks.platform_services import Platform, start_platform, tear_down
-from benchmarks.process_cpu import own_cpu_sec, tree_cpu_sec
+from benchmarks.process_cpu import TICKS_PER_SEC, own_cpu_sec, tree_cpu_sec
 from benchmarks.scale import (
     ATTEMPTS_PER_TASK,
     CONCURRENCY,
@@ -83,6 +99,10 @@ class Readers:
     follow_errors: list[str] = field(default_factory=list)
     connected_at: float = 0.0
     """Wall-clock time by which every follower had its stream open."""
+    polling_sec: float = 0.0
+    """From the pollers' start to their stop."""
+    cpu_sec: float = 0.0
+    """The clients' process's CPU seconds."""
 
 
 def poll_results(
@@ -128,13 +148,25 @@ class Measured:
     seconds: float
     """From `run.accepted` to `run.succeeded`, as committed."""
     gateway_cpu_sec: float
-    clients_cpu_sec: float
+    steal_sec: float
+    """CPU time the hypervisor gave to other guests while this run ran."""
     readers: Readers | None
+    """The clients' measurements, for a loaded run."""
     problem: str | None
 
     @property
     def per_hour(self) -> float:
         return 3600 * self.attempts / self.seconds
+
+    @property
+    def clients_cpu_sec(self) -> float:
+        return 0.0 if self.readers is None else self.readers.cpu_sec
+
+
+def steal_sec() -> float:
+    """The host's CPU seconds stolen by the hypervisor since boot (`/proc/stat`)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    return int(fields[8]) / TICKS_PER_SEC
 
 
 def wait_until_finished(platform: Platform, run: RunRecord) -> None:
@@ -153,6 +185,8 @@ class Load:
     followers: list[threading.Thread]
     pollers: list[threading.Thread]
     stop: threading.Event
+    started: float
+    """`time.monotonic()` when the pollers started."""
 
     def end(self) -> None:
         """Stop the pollers once the run has finished; the followers' streams end by
@@ -166,14 +200,14 @@ class Load:
                 f"{still_open} streams still open {STREAM_END_SEC:.0f} s after the run finished"
             )
         self.stop.set()
+        self.readers.polling_sec = time.monotonic() - self.started
         for thread in self.pollers:
             thread.join(timeout=30)
 
 
-def start_load(platform: Platform, run_id: str, clients: int, poll_sec: float) -> Load:
+def start_load(url: str, key: str, run_id: str, clients: int, poll_sec: float) -> Load:
     """Pollers and followers of `run_id`, once every follower's stream is open."""
-    url, key, readers = platform.config.gateway_url, platform.operator_key(), Readers()
-    stop = threading.Event()
+    readers, stop = Readers(), threading.Event()
     followers = [
         threading.Thread(target=follow_events, args=(url, key, run_id, readers, stop), daemon=True)
         for _ in range(clients)
@@ -196,7 +230,71 @@ def start_load(platform: Platform, run_id: str, clients: int, poll_sec: float) -
             break
         time.sleep(0.05)
     readers.connected_at = time.time()
-    return Load(readers, followers, pollers, stop)
+    return Load(readers, followers, pollers, stop, time.monotonic())
+
+
+def run_clients(
+    url: str,
+    key: str,
+    args: tuple[int, float],
+    ready: EventType,
+    run_ids: Queue[str],
+    connected: EventType,
+    finished: EventType,
+    results: Queue[Readers],
+) -> None:
+    """The clients' process (its imports done once this runs): idle class first, so every
+    thread it starts inherits it."""
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    ready.set()
+    run_id = run_ids.get()
+    began = own_cpu_sec()
+    load = start_load(url, key, run_id, *args)
+    connected.set()
+    finished.wait()
+    load.end()
+    load.readers.cpu_sec = own_cpu_sec() - began
+    results.put(load.readers)
+
+
+class Clients:
+    """A loaded run's clients, in a process of their own at the idle scheduling class,
+    started (its imports done) before the run is accepted, so that its start-up is not
+    counted against the run."""
+
+    def __init__(self, platform: Platform, clients: int, poll_sec: float) -> None:
+        context = multiprocessing.get_context("spawn")
+        ready, self.connected, self.finished = context.Event(), context.Event(), context.Event()
+        self.run_ids: Queue[str] = context.Queue()
+        self.results: Queue[Readers] = context.Queue()
+        self.process = context.Process(
+            target=run_clients,
+            args=(
+                platform.config.gateway_url,
+                platform.operator_key(),
+                (clients, poll_sec),
+                ready,
+                self.run_ids,
+                self.connected,
+                self.finished,
+                self.results,
+            ),
+            daemon=True,
+        )
+        self.process.start()
+        ready.wait(CONNECT_SEC)
+
+    def follow(self, run_id: str) -> None:
+        """Start reading `run_id`; returns once every follower's stream is open."""
+        self.run_ids.put(run_id)
+        self.connected.wait(CONNECT_SEC + 30)
+
+    def end(self) -> Readers:
+        """Stop the clients once the run has finished, and what they measured."""
+        self.finished.set()
+        readers = self.results.get(timeout=STREAM_END_SEC + 60)
+        self.process.join(timeout=30)
+        return readers
 
 
 def evaluate(
@@ -204,16 +302,18 @@ def evaluate(
 ) -> Measured:
     """One evaluation to its end, with the clients reading it if `loaded`."""
     gateway_pid = platform.pids[GATEWAY]
-    gateway_cpu, clients_cpu = tree_cpu_sec([gateway_pid]), own_cpu_sec()
+    gateway_cpu, steal = tree_cpu_sec([gateway_pid]), steal_sec()
+    clients = Clients(platform, args.clients, args.poll_sec) if loaded else None
     run = accept_dataset_evaluation(dataset, ATTEMPTS_PER_TASK, TASKS_PER_BATCH, args.concurrency)
-    load = start_load(platform, run.run_id, args.clients, args.poll_sec) if loaded else None
+    readers = None
     try:
+        if clients is not None:
+            clients.follow(run.run_id)
         wait_until_finished(platform, run)
     finally:
-        if load is not None:
-            load.end()
-    gateway_cpu = tree_cpu_sec([gateway_pid]) - gateway_cpu
-    clients_cpu = own_cpu_sec() - clients_cpu
+        if clients is not None:
+            readers = clients.end()
+    gateway_cpu, steal = tree_cpu_sec([gateway_pid]) - gateway_cpu, steal_sec() - steal
     engine = control_engine(platform.config)
     status = get_run(engine, run.run_id).status
     attempts = args.attempts
@@ -235,8 +335,7 @@ def evaluate(
         if "run.succeeded" in marks
         else math.nan
     )
-    readers = load.readers if load is not None else None
-    return Measured(run.run_id, attempts, seconds, gateway_cpu, clients_cpu, readers, problem)
+    return Measured(run.run_id, attempts, seconds, gateway_cpu, steal, readers, problem)
 
 
 @dataclass(frozen=True)
@@ -274,63 +373,86 @@ def print_report(runs: list[Measured], args: argparse.Namespace, engine: Engine)
     print()
     print(
         f"Gateway load: {args.attempts} attempts per run ({args.concurrency} at once) of the "
-        f"built-in agent; loaded run: {args.clients} clients polling run results every "
+        f"built-in agent; each loaded run: {args.clients} clients polling run results every "
         f"{args.poll_sec:g} s and {args.clients} following the run's events."
     )
     print(
         "Throughput: attempts over run.accepted to run.succeeded; baseline: the same "
-        "evaluation without clients, before and after the loaded run."
+        "evaluation without clients, before and after every loaded run."
     )
     print(
-        f"{'run':<10}{'id':<16}{'seconds':>9}{'attempts/h':>12}{'gateway CPU s':>15}"
-        f"{'clients CPU s':>15}"
+        f"{'run':<10}{'id':<16}{'seconds':>9}{'attempts/h':>12}{'steal s':>9}"
+        f"{'gateway CPU s':>15}{'clients CPU s':>15}"
     )
-    names = ("quiet 1", "loaded", "quiet 2")
-    for name, run in zip(names, runs, strict=False):
+    for run in runs:
         print(
-            f"{name:<10}{run.run_id:<16}{run.seconds:>9.1f}{run.per_hour:>12.0f}"
-            f"{run.gateway_cpu_sec:>15.1f}{run.clients_cpu_sec:>15.1f}"
+            f"{'loaded' if run.readers else 'quiet':<10}{run.run_id:<16}{run.seconds:>9.1f}"
+            f"{run.per_hour:>12.0f}{run.steal_sec:>9.1f}{run.gateway_cpu_sec:>15.1f}"
+            f"{run.clients_cpu_sec:>15.1f}"
         )
     missed: list[str] = []
-    if len(runs) < 3:
+    if len(runs) < 3 or len(runs) % 2 == 0:
         return missed
-    quiet = statistics.mean([runs[0].per_hour, runs[2].per_hour])
-    ratio = runs[1].per_hour / quiet
-    drift = abs(runs[0].per_hour - runs[2].per_hour) / quiet
+    quiet = [run.per_hour for run in runs[::2]]
+    loaded = [run.per_hour for run in runs[1::2]]
+    ratio = statistics.mean(loaded) / statistics.mean(quiet)
+    beside = [
+        loaded[index] / statistics.mean(quiet[index : index + 2]) for index in range(len(loaded))
+    ]
+    drift = (max(quiet) - min(quiet)) / statistics.mean(quiet)
     print(
-        f"loaded / mean(quiet) {ratio:.3f} (quiet runs differ by {drift:.1%}); "
-        f"target >= 0.95: {verdict(ratio >= 0.95)}"
+        f"mean(loaded) / mean(quiet) {ratio:.3f} over {len(loaded)} loaded and {len(quiet)} "
+        f"quiet runs; target >= 0.95: {verdict(ratio >= 0.95)}"
+    )
+    print(
+        "each loaded run over the quiet runs beside it: "
+        f"{', '.join(f'{value:.3f}' for value in beside)}; the quiet runs span {drift:.1%}"
     )
     if ratio < 0.95:
         missed.append(f"loaded throughput {ratio:.3f} of quiet")
-    readers = runs[1].readers
-    assert readers is not None
-    polls = readers.poll_sec
+    loaded_runs = [run for run in runs if run.readers is not None]
+    return missed + clients_report(loaded_runs, args, engine)
+
+
+def clients_report(runs: list[Measured], args: argparse.Namespace, engine: Engine) -> list[str]:
+    """What the clients of every loaded run measured, together; returns the targets missed."""
+    readers = [run.readers for run in runs if run.readers is not None]
+    missed: list[str] = []
+    polls = [sec for one in readers for sec in one.poll_sec]
+    errors = [error for one in readers for error in one.poll_errors]
     p99 = percentile(polls, 0.99) if polls else math.nan
     print(
         f"polls of /v1/runs/RUN/results: {len(polls)}, p50 "
         f"{(percentile(polls, 0.5) if polls else math.nan) * 1e3:.0f} ms, p99 {p99 * 1e3:.0f} ms "
-        f"(target < 1 s: {verdict(p99 < 1.0)}), errors {len(readers.poll_errors)} "
-        f"(target 0: {verdict(not readers.poll_errors)})"
+        f"(target < 1 s: {verdict(p99 < 1.0)}), errors {len(errors)} "
+        f"(target 0: {verdict(not errors)})"
     )
-    if readers.poll_errors:
-        print(f"  first poll error: {readers.poll_errors[0]}")
+    due = sum(args.clients * one.polling_sec / args.poll_sec for one in readers)
+    delivered = len(polls) / due if due else math.nan
+    print(
+        f"polls delivered: {len(polls)} of {due:.0f} due ({delivered:.1%}; target >= 95%: "
+        f"{verdict(delivered >= 0.95)})"
+    )
+    if not delivered >= 0.95:
+        missed.append(f"clients delivered {delivered:.1%} of the polls due")
+    if errors:
+        print(f"  first poll error: {errors[0]}")
+        missed.append(f"{len(errors)} poll errors")
     if not p99 < 1.0:
         missed.append(f"poll p99 {p99:.3f} s")
-    if readers.poll_errors:
-        missed.append(f"{len(readers.poll_errors)} poll errors")
-    seen = followed(engine, runs[1].run_id, readers)
-    delays = seen.delays_sec
+    seen = [followed(engine, run.run_id, run.readers) for run in runs if run.readers is not None]
+    delays = [delay for one in seen for delay in one.delays_sec]
+    follow_errors = [error for one in readers for error in one.follow_errors]
+    saw = sum(one.saw_success for one in seen)
     print(
-        f"followers: {seen.saw_success}/{args.clients} saw run.succeeded; event commit to "
+        f"followers: {saw}/{args.clients * len(readers)} saw run.succeeded; event commit to "
         f"arrival over {len(delays)} deliveries: p50 "
         f"{(statistics.median(delays) if delays else math.nan) * 1e3:.0f} ms, worst "
-        f"{(max(delays) if delays else math.nan) * 1e3:.0f} ms; errors "
-        f"{len(readers.follow_errors)}"
+        f"{(max(delays) if delays else math.nan) * 1e3:.0f} ms; errors {len(follow_errors)}"
     )
-    if readers.follow_errors:
-        print(f"  first follower error: {readers.follow_errors[0]}")
-    if seen.saw_success != args.clients or readers.follow_errors:
+    if follow_errors:
+        print(f"  first follower error: {follow_errors[0]}")
+    if saw != args.clients * len(readers) or follow_errors:
         missed.append("a follower missed events or failed")
     return missed
 
@@ -338,6 +460,9 @@ def print_report(runs: list[Measured], args: argparse.Namespace, engine: Engine)
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--attempts", type=int, default=600, help="attempts per run")
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="loaded runs, each followed by a quiet one"
+    )
     parser.add_argument("--concurrency", type=int, default=CONCURRENCY, help="attempts at once")
     parser.add_argument("--clients", type=int, default=50, help="pollers, and as many followers")
     parser.add_argument("--poll-sec", type=float, default=1.0, help="each poller's period")
@@ -354,11 +479,12 @@ def main(argv: list[str] | None = None) -> int:
         platform = start_platform(root)
         platform.set_script(SCRIPT)
         dataset = publish_tasks(tasks)
-        for name, loaded in (("quiet", False), ("loaded", True), ("quiet", False)):
-            run = evaluate(platform, dataset, args, loaded=loaded)
+        for index in range(2 * args.rounds + 1):
+            run = evaluate(platform, dataset, args, loaded=index % 2 == 1)
             runs.append(run)
             print(
-                f"{name} run {run.run_id}: {run.seconds:.1f} s, {run.per_hour:.0f} attempts/h",
+                f"{'loaded' if run.readers else 'quiet'} run {run.run_id}: {run.seconds:.1f} s, "
+                f"{run.per_hour:.0f} attempts/h",
                 flush=True,
             )
             if run.problem is not None:
