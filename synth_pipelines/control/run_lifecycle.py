@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 
 from synth_pipelines.contracts.run_record import ACTIVE
 from synth_pipelines.contracts.run_spec import RunSpec, batch_key
-from synth_pipelines.control.events import read_events, record_event
+from synth_pipelines.control.database import exclusive_transaction
+from synth_pipelines.control.events import append_event, read_events, record_event
 from synth_pipelines.control.policy_updates import refuse_if_unresolved
-from synth_pipelines.control.runs import get_run, transition
+from synth_pipelines.control.runs import get_run, transition, transition_in
+from synth_pipelines.control.schema import run_events, runs
 
 
 class RunNotActiveError(RuntimeError):
@@ -30,15 +34,37 @@ def start_batch(engine: Engine, spec: RunSpec, index: int, attempts: int) -> Non
     )
 
 
-def complete_batch(engine: Engine, spec: RunSpec, index: int, summary: dict[str, Any]) -> None:
-    """Record a batch as done, once, however often its last step is materialized."""
+def complete_batch(engine: Engine, spec: RunSpec, index: int, summary: dict[str, Any]) -> bool:
+    """Record a batch as done, once, however often its last step is materialized, and only
+    while its run is active: a cancelled or interrupted run records no completion after.
+
+    The check and the record are one transaction that excludes every other completion of
+    the run, so two racing (a retried step beside a worker presumed dead) record one.
+    Returns whether this call recorded it."""
     key = batch_key(spec.run_id, index)
-    done = read_events(engine, run_id=spec.run_id, kinds=("batch.completed",), limit=100_000)
-    if any(event.data.get("batch") == key for event in done):
-        return
-    record_event(engine, spec.run_id, "batch.completed", {"batch": key, "index": index, **summary})
-    if index == spec.batch_count - 1:
-        transition(engine, spec.run_id, "succeeded", "run.succeeded", {"batches": spec.batch_count})
+    with exclusive_transaction(engine, completion_lock(spec.run_id)) as conn:
+        status = conn.execute(select(runs.c.status).where(runs.c.run_id == spec.run_id)).scalar()
+        done = conn.execute(
+            select(run_events.c.data_json).where(
+                run_events.c.run_id == spec.run_id, run_events.c.kind == "batch.completed"
+            )
+        ).scalars()
+        if status not in ACTIVE or any(json.loads(data)["batch"] == key for data in done):
+            return False
+        append_event(
+            conn, spec.run_id, "batch.completed", {"batch": key, "index": index, **summary}
+        )
+        if index == spec.batch_count - 1:
+            transition_in(
+                conn, spec.run_id, "succeeded", "run.succeeded", {"batches": spec.batch_count}
+            )
+    return True
+
+
+def completion_lock(run_id: str) -> int:
+    """The advisory lock that orders a run's completions (PostgreSQL; SQLite's write lock
+    orders every writer)."""
+    return int.from_bytes(hashlib.sha256(f"completion:{run_id}".encode()).digest()[:8], signed=True)
 
 
 def interrupt_run(engine: Engine, run_id: str, reason: str, data: dict[str, Any]) -> None:

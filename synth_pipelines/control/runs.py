@@ -12,7 +12,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, bindparam, select, update
+from sqlalchemy import Connection, Engine, bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 
 from synth_pipelines.contracts.run_record import ACTIVE, RunRecord
@@ -225,13 +225,25 @@ def transition(
     """Move a run to `status` with its event if it is in one of `from_status`.
 
     Final states are never left, so a late or repeated transition is a no-op."""
-    now = datetime.now(UTC)
     with engine.begin() as conn:
-        changed = conn.execute(
-            update(runs)
-            .where(runs.c.run_id == run_id, runs.c.status.in_(from_status))
-            .values(status=status, updated_at=now)
-        ).rowcount
-        if changed:
-            append_event(conn, run_id, event, data or {})
+        return transition_in(conn, run_id, status, event, data, from_status=from_status)
+
+
+def transition_in(
+    conn: Connection,
+    run_id: str,
+    status: str,
+    event: str,
+    data: dict[str, Any] | None = None,
+    *,
+    from_status: tuple[str, ...] = ACTIVE,
+) -> bool:
+    """`transition`, inside the caller's transaction."""
+    changed = conn.execute(
+        update(runs)
+        .where(runs.c.run_id == run_id, runs.c.status.in_(from_status))
+        .values(status=status, updated_at=datetime.now(UTC))
+    ).rowcount
+    if changed:
+        append_event(conn, run_id, event, data or {})
     return bool(changed)
