@@ -7,6 +7,7 @@ from synth_pipelines.storage.objectstore import (
     ObjectExistsError,
     ObjectIntegrityError,
     ObjectMissingError,
+    file_sha256,
     sha256_hex,
 )
 
@@ -51,11 +52,22 @@ def test_put_file_stores_the_files_bytes_create_only(tmp_path: Path):
     store = LocalObjectStore(tmp_path / "store")
     source = tmp_path / "table.parquet"
     source.write_bytes(b"x" * (3 << 20))
-    ref = store.put_file("runs/r1/exports/table.parquet", source)
+    ref = store.put_file("runs/r1/exports/table.parquet", source, file_sha256(source))
     assert (ref.sha256, ref.size) == (sha256_hex(source.read_bytes()), 3 << 20)
-    assert store.put_file(ref.key, source) == ref
+    assert store.put_file(ref.key, source, ref.sha256) == ref
     source.write_bytes(b"y")
     with pytest.raises(ObjectExistsError):
-        store.put_file(ref.key, source)
+        store.put_file(ref.key, source, file_sha256(source))
     assert store.measure(ref.key) == ref
     assert [name for name in store.list("runs/") if ".put-" in name] == []
+
+
+def test_put_file_stores_nothing_unlike_the_digest_it_was_given(tmp_path: Path):
+    store = LocalObjectStore(tmp_path / "store")
+    source = tmp_path / "table.parquet"
+    source.write_bytes(b"x" * (3 << 20))
+    digest = file_sha256(source)
+    source.write_bytes(b"y" * (3 << 20))  # changed after it was hashed, same size
+    with pytest.raises(ObjectIntegrityError, match="is not the sha256"):
+        store.put_file("runs/r1/exports/table.parquet", source, digest)
+    assert list(store.list("runs/")) == []

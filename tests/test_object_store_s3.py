@@ -6,6 +6,7 @@ from synth_pipelines.storage.objectstore import (
     ObjectExistsError,
     ObjectIntegrityError,
     ObjectMissingError,
+    file_sha256,
     open_object_store,
     sha256_hex,
 )
@@ -66,10 +67,21 @@ def test_s3_store_puts_a_file_create_only_with_its_checksum(s3_server, bucket, t
     store = _store(s3_server, bucket)
     source = tmp_path / "export.parquet"
     source.write_bytes(b"row" * 1_000_000)
-    ref = store.put_file("runs/r-1/exports/outcomes.parquet", source)
+    ref = store.put_file("runs/r-1/exports/outcomes.parquet", source, file_sha256(source))
     assert (ref.sha256, ref.size) == (sha256_hex(source.read_bytes()), 3_000_000)
-    assert store.put_file(ref.key, source) == ref
+    assert store.put_file(ref.key, source, ref.sha256) == ref
     source.write_bytes(b"other")
     with pytest.raises(ObjectExistsError, match="already exists with different content"):
-        store.put_file(ref.key, source)
+        store.put_file(ref.key, source, file_sha256(source))
     assert store.measure(ref.key) == ref
+
+
+def test_s3_store_stores_no_file_unlike_the_digest_it_was_given(s3_server, bucket, tmp_path):
+    store = _store(s3_server, bucket)
+    source = tmp_path / "export.parquet"
+    source.write_bytes(b"row" * 1_000_000)
+    digest = file_sha256(source)
+    source.write_bytes(b"col" * 1_000_000)  # changed after it was hashed, same size
+    with pytest.raises(ObjectIntegrityError):
+        store.put_file("runs/r-1/exports/outcomes.parquet", source, digest)
+    assert list(store.list("runs/r-1")) == []

@@ -65,8 +65,9 @@ def export_table(
         written = Path(scratch) / f"{what}.{file_format}"
         write_table(table, written, file_format)
         del table
-        key = f"runs/{run.run_id}/exports/{what}-{file_sha256(written)}.{file_format}"
-        return exported, store.put_file(key, written)
+        sha256 = file_sha256(written)
+        key = f"runs/{run.run_id}/exports/{what}-{sha256}.{file_format}"
+        return exported, store.put_file(key, written, sha256)
 
 
 def run_job(job: ExportJob) -> ExportOutcome:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -69,6 +68,20 @@ def _measured(key: str, chunks: Iterable[bytes]) -> ObjectRef:
     return ObjectRef(key, digest.hexdigest(), size)
 
 
+def _unlike(source: Path, expected: ObjectRef) -> ObjectIntegrityError:
+    return ObjectIntegrityError(
+        f"file {source} is not the sha256 {expected.sha256} and size {expected.size} it was "
+        f"to be stored as {expected.key!r} with: it changed, or the digest is another file's"
+    )
+
+
+def _copied(chunks: Iterable[bytes], out: BinaryIO) -> Iterator[bytes]:
+    """Each chunk, once written to `out`."""
+    for chunk in chunks:
+        out.write(chunk)
+        yield chunk
+
+
 def _file_chunks(path: Path) -> Iterator[bytes]:
     with path.open("rb") as handle:
         while chunk := handle.read(READ_CHUNK):
@@ -91,8 +104,11 @@ class ObjectStore(Protocol):
 
     def put(self, key: str, data: bytes) -> ObjectRef: ...
 
-    def put_file(self, key: str, source: Path) -> ObjectRef:
-        """The file's bytes as the object, read from disk a piece at a time."""
+    def put_file(self, key: str, source: Path, sha256: str) -> ObjectRef:
+        """The file's bytes as the object, read from disk a piece at a time. `sha256` is
+        the file's digest as the caller computed it (`file_sha256`): the store stores
+        nothing that differs from it (`ObjectIntegrityError`). The local store checks the
+        bytes as it copies them rather than reading the file once more beforehand."""
         ...
 
     def get(self, key: str, expected_sha256: str | None = None) -> bytes: ...
@@ -136,12 +152,14 @@ class LocalObjectStore:
             ObjectRef(key, sha256_hex(data), len(data)), lambda out: out.write(data)
         )
 
-    def put_file(self, key: str, source: Path) -> ObjectRef:
-        written = _measured(key, _file_chunks(source))
+    def put_file(self, key: str, source: Path, sha256: str) -> ObjectRef:
+        written = ObjectRef(key, sha256, source.stat().st_size)
 
         def copy(out: BinaryIO) -> None:
-            with source.open("rb") as handle:
-                shutil.copyfileobj(handle, out, READ_CHUNK)
+            # Hashed as it is copied, before the copy is linked in place.
+            copied = _measured(key, _copied(_file_chunks(source), out))
+            if copied != written:
+                raise _unlike(source, written)
 
         return self._create(written, copy)
 
@@ -286,8 +304,13 @@ class S3ObjectStore:
     def put(self, key: str, data: bytes) -> ObjectRef:
         return self._create(ObjectRef(key, sha256_hex(data), len(data)), data)
 
-    def put_file(self, key: str, source: Path) -> ObjectRef:
+    def put_file(self, key: str, source: Path, sha256: str) -> ObjectRef:
+        # Measured before the upload, not trusted to the server: S3 refuses a body unlike
+        # the checksum sent with it, but not every S3-compatible server checks, and a
+        # create-only object stored wrong cannot be taken back.
         written = _measured(key, _file_chunks(source))
+        if written.sha256 != sha256:
+            raise _unlike(source, ObjectRef(key, sha256, written.size))
         with source.open("rb") as body:
             return self._create(written, body)
 
