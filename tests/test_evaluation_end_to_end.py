@@ -1,10 +1,7 @@
 """Evaluation end to end: real Harbor trials in the real sandbox, through the asset graph."""
 
 import json
-import os
-import socket
 import subprocess
-import sys
 import time
 
 import dagster as dg
@@ -21,6 +18,8 @@ from synth_pipelines.registry.datasets import publish_dataset
 from synth_pipelines.runtime.results import collect_results
 from synth_pipelines.storage.objectstore import open_object_store
 from tests.conftest import PROJECT_ROOT, SAMPLE_DATASET
+from tests.embedded_environment import ADDRESSES, embedded_environment
+from tests.embedded_environment import synth as run_synth
 
 
 def _evaluate(profile_file: str, attempts: int) -> tuple[str, object]:
@@ -76,26 +75,12 @@ def test_useless_profile_passes_no_sample_task(state):
     assert results.summary.pass_rate == 0.0
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.slow
-def test_submitted_run_completes_after_the_cli_exits(state, monkeypatch):
-    monkeypatch.setenv("SYNTH_DAGSTER_URL", f"http://127.0.0.1:{_free_port()}")
-    env = os.environ.copy()
+def test_submitted_run_completes_after_the_cli_exits(tmp_path):
+    env = embedded_environment(tmp_path, ADDRESSES)
 
     def synth(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "synth_pipelines.cli", *args],
-            cwd=PROJECT_ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        return run_synth(env, *args)
 
     assert synth("up", "--json").returncode == 0
     try:
