@@ -12,7 +12,6 @@ it expired).
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from collections import Counter
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from sqlalchemy import Connection, Engine, delete, func, insert, select, update
 
 from synth_pipelines.contracts.admission_lease import Lease, ResourceDemand
 from synth_pipelines.contracts.plan import ResourceBudget
-from synth_pipelines.control.database import exclusive_transaction, hold_lock
+from synth_pipelines.control.database import exclusive_transaction, hold_lock, named_lock
 from synth_pipelines.control.org_limits import limits_of
 from synth_pipelines.control.schema import admission_leases, runs
 
@@ -68,10 +67,6 @@ class PoolUse:
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-def _lock_id(what: str) -> int:
-    return int.from_bytes(hashlib.sha256(what.encode()).digest()[:8], signed=True)
 
 
 def active_attempts_by_org(conn: Connection, now: datetime) -> Counter[str]:
@@ -144,7 +139,7 @@ def try_admit(
     first (first come, first served among those that fit, so a large request, or one of
     an organization at its limit, does not stop others from using what is left). A
     request still waiting is kept alive for another `ttl`."""
-    with exclusive_transaction(engine, _lock_id(f"admission:{pool}")) as conn:
+    with exclusive_transaction(engine, named_lock(f"admission:{pool}")) as conn:
         now = _now()
         conn.execute(
             delete(admission_leases).where(
@@ -161,7 +156,7 @@ def try_admit(
         if mine.org is not None:
             # The organization's attempts in other pools are decided under those pools'
             # locks; the organization's lock makes their decisions and this one take turns.
-            hold_lock(conn, _lock_id(f"admission-org:{mine.org}"))
+            hold_lock(conn, named_lock(f"admission-org:{mine.org}"))
         org_limits = limits_of(conn, {lease.org for lease in leases if lease.org is not None})
         org_use = active_attempts_by_org(conn, now)
 

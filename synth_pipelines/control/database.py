@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import weakref
 from collections.abc import Iterator
@@ -22,6 +23,12 @@ from synth_pipelines.control.schema import ADDED_COLUMNS, metadata
 SCHEMA_LOCK = 0x73796E7468_01
 EVENT_ORDER_LOCK = 0x73796E7468_02
 RUN_ADMISSION_LOCK = 0x73796E7468_03
+
+
+def named_lock(what: str) -> int:
+    """The advisory lock id of one named thing (a pool, an organization, a run's
+    completions): a lock per thing rather than one for all of its kind."""
+    return int.from_bytes(hashlib.sha256(what.encode()).digest()[:8], signed=True)
 
 
 def hold_lock(conn: Connection, lock_id: int) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any
 
@@ -10,7 +9,7 @@ from sqlalchemy import Engine, select
 
 from synth_pipelines.contracts.run_record import ACTIVE
 from synth_pipelines.contracts.run_spec import RunSpec, batch_key
-from synth_pipelines.control.database import exclusive_transaction
+from synth_pipelines.control.database import exclusive_transaction, named_lock
 from synth_pipelines.control.events import append_event, read_events, record_event
 from synth_pipelines.control.policy_updates import refuse_if_unresolved
 from synth_pipelines.control.runs import get_run, transition, transition_in
@@ -42,7 +41,7 @@ def complete_batch(engine: Engine, spec: RunSpec, index: int, summary: dict[str,
     the run, so two racing (a retried step beside a worker presumed dead) record one.
     Returns whether this call recorded it."""
     key = batch_key(spec.run_id, index)
-    with exclusive_transaction(engine, completion_lock(spec.run_id)) as conn:
+    with exclusive_transaction(engine, named_lock(f"completion:{spec.run_id}")) as conn:
         status = conn.execute(select(runs.c.status).where(runs.c.run_id == spec.run_id)).scalar()
         done = conn.execute(
             select(run_events.c.data_json).where(
@@ -59,12 +58,6 @@ def complete_batch(engine: Engine, spec: RunSpec, index: int, summary: dict[str,
                 conn, spec.run_id, "succeeded", "run.succeeded", {"batches": spec.batch_count}
             )
     return True
-
-
-def completion_lock(run_id: str) -> int:
-    """The advisory lock that orders a run's completions (PostgreSQL; SQLite's write lock
-    orders every writer)."""
-    return int.from_bytes(hashlib.sha256(f"completion:{run_id}".encode()).digest()[:8], signed=True)
 
 
 def interrupt_run(engine: Engine, run_id: str, reason: str, data: dict[str, Any]) -> None:
