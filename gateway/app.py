@@ -65,12 +65,15 @@ def create_app(config: GatewayConfig) -> FastAPI:
             yield
 
     app = FastAPI(title="synth gateway", version="1", lifespan=lifespan)
+    # A request is matched against the routes in the order they were included, and polls
+    # of a run's results are most of what a gateway serves: their routes come first (no
+    # other route's path matches theirs).
+    app.include_router(run_reports.router)
     app.include_router(operations.router)
     app.include_router(keys.router)
     app.include_router(orgs.router)
     app.include_router(pool.router)
     app.include_router(runs.router)
-    app.include_router(run_reports.router)
     app.include_router(run_steering.router)
     app.include_router(run_exports.router)
     app.include_router(attempts.router)

@@ -12,9 +12,10 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 from fastapi import Depends, Request
+from sqlalchemy import Connection
 from starlette.requests import HTTPConnection
 
-from gateway.state import State
+from gateway.state import GatewayState, State
 from synth_pipelines.contracts.api_errors import ApiError
 from synth_pipelines.contracts.operator_key import OperatorKey, Role, allows
 from synth_pipelines.control.operator_keys import KeyRefusedError, authenticate
@@ -32,6 +33,13 @@ def presented_key(connection: HTTPConnection) -> str | None:
 def operator_key(request: Request, state: State) -> OperatorKey:
     # A plain function: FastAPI runs it on its thread pool, so the lookup never blocks
     # the event loop.
+    with state.engine.connect() as conn:
+        return key_on(conn, request, state)
+
+
+def key_on(conn: Connection, request: Request, state: GatewayState) -> OperatorKey:
+    """The request's key, looked up on `conn`: for a route that reads more on the same
+    connection (one checkout from the pool, not one per lookup)."""
     presented = presented_key(request)
     if presented is None:
         raise ApiError(
@@ -40,7 +48,7 @@ def operator_key(request: Request, state: State) -> OperatorKey:
             "creates one with `synth admin key create`",
         )
     try:
-        return authenticate(state.engine, state.config.key_secret, presented)
+        return authenticate(conn, state.config.key_secret, presented)
     except KeyRefusedError as refused:
         raise ApiError("authentication_error", str(refused)) from None
 

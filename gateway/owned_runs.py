@@ -12,20 +12,20 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Depends, Request
-from sqlalchemy import Engine
+from sqlalchemy import Connection
 
-from gateway.auth import allowed, operator_key
-from gateway.state import State
+from gateway.auth import allowed, key_on
+from gateway.state import GatewayState, State
 from synth_pipelines.contracts.api_errors import ApiError
 from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.control.runs import AmbiguousRunIdError, RunNotFoundError, find_run
 
 
-def owned(engine: Engine, text: str, owner: str) -> RunRecord:
+def owned(conn: Connection, text: str, owner: str) -> RunRecord:
     """The run `text` names, if `owner`'s; otherwise 404, the same for a run of another
     owner as for none."""
     try:
-        run = find_run(engine, text, owner)
+        run = find_run(conn, text, owner)
     except AmbiguousRunIdError as ambiguous:
         raise ApiError("invalid_request_error", str(ambiguous)) from None
     except RunNotFoundError:
@@ -39,19 +39,27 @@ def owned(engine: Engine, text: str, owner: str) -> RunRecord:
 # event loop. Each checks the key itself rather than depending on `Viewer` or `Operator`:
 # the key and the run are found in one hop to the pool, where two dependencies would take
 # two (a poll of `/results` costs about a fifth less CPU).
-def viewed_run(run_id: str, request: Request, state: State) -> RunRecord:
-    """The `{run_id}` run of the key's owner, for any key (a plain function: a route that
-    reads more in the same hop to the thread pool calls it there)."""
-    key = allowed(operator_key(request, state), "viewer")
-    return owned(state.engine, run_id, key.owner)
+def viewed_run_on(
+    conn: Connection, run_id: str, request: Request, state: GatewayState
+) -> RunRecord:
+    """The `{run_id}` run of the key's owner, for any key, looked up on `conn`: a route
+    that reads more in the same hop to the thread pool, on the same connection, calls it."""
+    key = allowed(key_on(conn, request, state), "viewer")
+    return owned(conn, run_id, key.owner)
+
+
+def _viewed_run(run_id: str, request: Request, state: State) -> RunRecord:
+    with state.engine.connect() as conn:
+        return viewed_run_on(conn, run_id, request, state)
 
 
 def _steered_run(run_id: str, request: Request, state: State) -> RunRecord:
-    key = allowed(operator_key(request, state), "operator")
-    return owned(state.engine, run_id, key.owner)
+    with state.engine.connect() as conn:
+        key = allowed(key_on(conn, request, state), "operator")
+        return owned(conn, run_id, key.owner)
 
 
-ViewedRun = Annotated[RunRecord, Depends(viewed_run)]
+ViewedRun = Annotated[RunRecord, Depends(_viewed_run)]
 """The `{run_id}` run of the key's owner."""
 SteeredRun = Annotated[RunRecord, Depends(_steered_run)]
 """The `{run_id}` run of the key's owner, for a key that may steer it (an operator's)."""

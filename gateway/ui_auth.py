@@ -27,7 +27,8 @@ UI_PATH = DAGSTER_UI_PATH
 def _key(state: GatewayState, connection: HTTPConnection) -> OperatorKey:
     presented, cookie = presented_key(connection), connection.cookies.get(UI_COOKIE)
     if presented is not None:
-        return authenticate(state.engine, state.config.key_secret, presented)
+        with state.engine.connect() as conn:
+            return authenticate(conn, state.config.key_secret, presented)
     if cookie:
         key_id = session_key_id(state.engine, cookie)
         if key_id is None:

@@ -35,7 +35,10 @@ def list_(
     ] = None,
 ) -> list[Checkpoint]:
     """The owner's checkpoints, oldest first; the path is what `--model` takes."""
-    run_id = None if run is None else owned(state.engine, run, key.owner).run_id
+    run_id = None
+    if run is not None:
+        with state.engine.connect() as conn:
+            run_id = owned(conn, run, key.owner).run_id
     return owner_checkpoints(state.engine, key.owner, run_id)
 
 

@@ -13,7 +13,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
 from gateway.openapi import refusals
-from gateway.owned_runs import ViewedRun, viewed_run
+from gateway.owned_runs import ViewedRun, viewed_run_on
 from gateway.routes.dagster import dagster_ui_url
 from gateway.state import GatewayState, State
 from synth_pipelines.contracts.checkpoint import Checkpoint
@@ -52,13 +52,16 @@ async def results(run_id: str, state: State, request: Request) -> Response:
 
 def _results_text(run_id: str, request: Request, state: GatewayState) -> str:
     engine = state.engine
-    run = viewed_run(run_id, request, state)
     # The run's Dagster link is on the address this request reached the gateway at, which
     # differs between callers (loopback, `--listen`'s address, a name in front of it), so
     # that address is part of the fingerprint: a caller is never served a document kept
     # with another address in its link, only one built for its own.
     ui = dagster_ui_url(str(request.base_url))
-    fingerprint, text = kept_document(engine, run, state.config.objects_url, ui)
+    # One connection for the key, the run and the kept document: each checkout from the
+    # pool costs a round trip of its own (the liveness ping) and a transaction.
+    with engine.connect() as conn:
+        run = viewed_run_on(conn, run_id, request, state)
+        fingerprint, text = kept_document(conn, run, state.config.objects_url, ui)
     if text is None:
         document = results_document(engine, state.store, get_run(engine, run.run_id), ui)
         text = printed("run show", document)

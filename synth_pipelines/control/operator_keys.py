@@ -13,7 +13,7 @@ import hmac
 import secrets
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import Engine, bindparam, select, update
+from sqlalchemy import Connection, Engine, bindparam, select, update
 
 from synth_pipelines.contracts.operator_key import CreatedKey, KeyRequest, OperatorKey
 from synth_pipelines.control.schema import operator_keys
@@ -65,16 +65,16 @@ def create_key(
 
 
 def authenticate(
-    engine: Engine, server_secret: bytes, presented: str, *, now: datetime | None = None
+    conn: Connection, server_secret: bytes, presented: str, *, now: datetime | None = None
 ) -> OperatorKey:
     """The key `presented` is, if it stands now; otherwise `KeyRefusedError` saying why
-    (never whether a key id exists when the secret is wrong)."""
+    (never whether a key id exists when the secret is wrong). On the caller's connection:
+    a request that reads more takes one connection from the pool, not one per lookup."""
     prefix, _, rest = presented.partition("_")
     key_id, _, secret = rest.partition("_")
     if prefix != KEY_PREFIX or not key_id or not secret:
         raise KeyRefusedError("the API key is malformed: it should look like synth_<id>_<secret>")
-    with engine.connect() as conn:
-        row = conn.execute(_PRESENTED, {"key_id": key_id}).first()
+    row = conn.execute(_PRESENTED, {"key_id": key_id}).first()
     expected = row.secret_digest if row is not None else _digest(server_secret, "")
     if not hmac.compare_digest(expected, _digest(server_secret, secret)) or row is None:
         raise KeyRefusedError("the API key is not valid")

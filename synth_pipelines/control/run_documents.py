@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import Engine, bindparam, select
+from sqlalchemy import Connection, Engine, bindparam, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from synth_pipelines.contracts.run_record import RunRecord
@@ -21,15 +21,14 @@ _KEPT = select(run_documents.c.document).where(
 
 
 def kept_document(
-    engine: Engine, run: RunRecord, objects_url: str, dagster_ui_url: str
+    conn: Connection, run: RunRecord, objects_url: str, dagster_ui_url: str
 ) -> tuple[str, str | None]:
     """The fingerprint of what the run's document reads now, and the kept document if it
     was built from exactly that. Fingerprint first, then read: a change made while this
     reads leaves the kept document marked older than what it holds, so it is built again,
     never served stale."""
-    with engine.connect() as conn:
-        fingerprint = run_document_fingerprint(conn, run, objects_url, dagster_ui_url)
-        row = conn.execute(_KEPT, {"run_id": run.run_id, "fingerprint": fingerprint}).first()
+    fingerprint = run_document_fingerprint(conn, run, objects_url, dagster_ui_url)
+    row = conn.execute(_KEPT, {"run_id": run.run_id, "fingerprint": fingerprint}).first()
     return fingerprint, None if row is None else str(row.document)
 
 

@@ -156,30 +156,29 @@ def get_run(engine: Engine, run_id: str) -> RunRecord:
     return RunRecord.model_validate(row, from_attributes=True)
 
 
-def find_run(engine: Engine, text: str, owner: str) -> RunRecord:
+def find_run(conn: Connection, text: str, owner: str) -> RunRecord:
     """The run `text` names: by its whole id (its owner is checked by the caller), or by a
-    prefix that exactly one of `owner`'s runs starts with."""
-    with engine.connect() as conn:
-        row = conn.execute(_BY_ID, {"run_id": text}).first()
-        if row is None:
-            # Only the owner's runs are candidates: a prefix must not reveal other owners' ids.
-            rows = conn.execute(
-                select(runs)
-                .where(runs.c.owner == owner, runs.c.run_id.startswith(text, autoescape=True))
-                .order_by(runs.c.run_id)
-                .limit(CANDIDATES_SHOWN + 1)
-            ).all()
-            if len(rows) == 1 and text:
-                row = rows[0]
-            elif not rows or not text:
-                raise RunNotFoundError(f"no run {text!r}; `synth run list` shows the known runs")
-            else:
-                shown = ", ".join(candidate.run_id for candidate in rows[:CANDIDATES_SHOWN])
-                more = " and more" if len(rows) > CANDIDATES_SHOWN else ""
-                raise AmbiguousRunIdError(
-                    f"run id prefix {text!r} matches several runs: {shown}{more}; give more "
-                    "of the id"
-                )
+    prefix that exactly one of `owner`'s runs starts with. On the caller's connection, as
+    the gateway finds the run on the one it checked the key on."""
+    row = conn.execute(_BY_ID, {"run_id": text}).first()
+    if row is None:
+        # Only the owner's runs are candidates: a prefix must not reveal other owners' ids.
+        rows = conn.execute(
+            select(runs)
+            .where(runs.c.owner == owner, runs.c.run_id.startswith(text, autoescape=True))
+            .order_by(runs.c.run_id)
+            .limit(CANDIDATES_SHOWN + 1)
+        ).all()
+        if len(rows) == 1 and text:
+            row = rows[0]
+        elif not rows or not text:
+            raise RunNotFoundError(f"no run {text!r}; `synth run list` shows the known runs")
+        else:
+            shown = ", ".join(candidate.run_id for candidate in rows[:CANDIDATES_SHOWN])
+            more = " and more" if len(rows) > CANDIDATES_SHOWN else ""
+            raise AmbiguousRunIdError(
+                f"run id prefix {text!r} matches several runs: {shown}{more}; give more of the id"
+            )
     return RunRecord.model_validate(row, from_attributes=True)
 
 

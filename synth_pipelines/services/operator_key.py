@@ -20,7 +20,8 @@ from synth_pipelines.control.operator_keys import KeyRefusedError, authenticate,
 def ensure_operator_key(engine: Engine, key_secret: bytes, path: Path, owner: str) -> bool:
     """Make sure `path` holds a standing admin key of `owner`; True when one was made."""
     try:
-        authenticate(engine, key_secret, path.read_text().strip())
+        with engine.connect() as conn:
+            authenticate(conn, key_secret, path.read_text().strip())
         return False
     except (FileNotFoundError, KeyRefusedError):
         pass
