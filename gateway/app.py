@@ -41,6 +41,7 @@ from gateway.routes import (
     uploads,
 )
 from gateway.routes.dagster import upstream_client
+from gateway.shared_reads import SharedReads
 from gateway.state import GatewayState
 from synth_pipelines.control.database import create_tables, engine_for
 from synth_pipelines.storage.objectstore import open_object_store
@@ -61,6 +62,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
                 model_calls=model_calls,
                 event_feeds=EventFeeds(engine, config.event_poll_sec),
                 exports=ExportSlots(config),
+                shared_reads=SharedReads(config.results_gather_sec, config.results_hot_polls),
             )
             yield
 

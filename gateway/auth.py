@@ -34,13 +34,13 @@ def operator_key(request: Request, state: State) -> OperatorKey:
     # A plain function: FastAPI runs it on its thread pool, so the lookup never blocks
     # the event loop.
     with state.engine.connect() as conn:
-        return key_on(conn, request, state)
+        return key_on(conn, presented_key(request), state)
 
 
-def key_on(conn: Connection, request: Request, state: GatewayState) -> OperatorKey:
-    """The request's key, looked up on `conn`: for a route that reads more on the same
-    connection (one checkout from the pool, not one per lookup)."""
-    presented = presented_key(request)
+def key_on(conn: Connection, presented: str | None, state: GatewayState) -> OperatorKey:
+    """The key `presented` (as `presented_key` found it), looked up on `conn`: for a route
+    that reads more on the same connection (one checkout from the pool, not one per
+    lookup)."""
     if presented is None:
         raise ApiError(
             "authentication_error",

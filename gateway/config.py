@@ -45,6 +45,10 @@ class GatewayConfig:
     """How long a read grant may be used: long enough to start the download it is for."""
     event_poll_sec: float = 0.2
     """How often a followed run's new events are looked for."""
+    results_gather_sec: float = 0.1
+    """How long a poll of a run's results waits for others to share its read, once the
+    run is polled `results_hot_polls` times a second (`shared_reads.py`)."""
+    results_hot_polls: int = 10
     keepalive_sec: float = 15.0
     """How long a followed run's stream may stay silent before a comment keeps it open."""
     ui_login_ttl_sec: float = 60.0

@@ -14,7 +14,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlalchemy import Connection
 
-from gateway.auth import allowed, key_on
+from gateway.auth import allowed, key_on, presented_key
 from gateway.state import GatewayState, State
 from synth_pipelines.contracts.api_errors import ApiError
 from synth_pipelines.contracts.run_record import RunRecord
@@ -40,22 +40,23 @@ def owned(conn: Connection, text: str, owner: str) -> RunRecord:
 # the key and the run are found in one hop to the pool, where two dependencies would take
 # two (a poll of `/results` costs about a fifth less CPU).
 def viewed_run_on(
-    conn: Connection, run_id: str, request: Request, state: GatewayState
+    conn: Connection, run_id: str, presented: str | None, state: GatewayState
 ) -> RunRecord:
-    """The `{run_id}` run of the key's owner, for any key, looked up on `conn`: a route
-    that reads more in the same hop to the thread pool, on the same connection, calls it."""
-    key = allowed(key_on(conn, request, state), "viewer")
+    """The `{run_id}` run of the owner of the key `presented`, for any key, looked up on
+    `conn`: a route that reads more in the same hop to the thread pool, on the same
+    connection, calls it."""
+    key = allowed(key_on(conn, presented, state), "viewer")
     return owned(conn, run_id, key.owner)
 
 
 def _viewed_run(run_id: str, request: Request, state: State) -> RunRecord:
     with state.engine.connect() as conn:
-        return viewed_run_on(conn, run_id, request, state)
+        return viewed_run_on(conn, run_id, presented_key(request), state)
 
 
 def _steered_run(run_id: str, request: Request, state: State) -> RunRecord:
     with state.engine.connect() as conn:
-        key = allowed(key_on(conn, request, state), "operator")
+        key = allowed(key_on(conn, presented_key(request), state), "operator")
         return owned(conn, run_id, key.owner)
 
 

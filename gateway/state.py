@@ -12,6 +12,7 @@ from sqlalchemy import Engine
 from gateway.config import GatewayConfig
 from gateway.event_feeds import EventFeeds
 from gateway.export_jobs import ExportSlots
+from gateway.shared_reads import SharedReads
 from synth_pipelines.storage.objectstore import ObjectStore
 
 
@@ -29,6 +30,8 @@ class GatewayState:
     """One reader of each followed run's events (`event_feeds.py`)."""
     exports: ExportSlots
     """The processes that build runs' exports (`export_jobs.py`)."""
+    shared_reads: SharedReads
+    """Polls of a run's results that arrive together, read once (`shared_reads.py`)."""
 
 
 async def gateway_state(request: Request) -> GatewayState:

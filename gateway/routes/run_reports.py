@@ -8,14 +8,18 @@ run costs a fingerprint, not a rebuild.
 
 from __future__ import annotations
 
+from functools import partial
+
 from fastapi import APIRouter, Request
-from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
+from gateway.auth import presented_key
 from gateway.openapi import refusals
 from gateway.owned_runs import ViewedRun, viewed_run_on
 from gateway.routes.dagster import dagster_ui_url
+from gateway.shared_reads import Answers
 from gateway.state import GatewayState, State
+from synth_pipelines.contracts.api_errors import ApiError
 from synth_pipelines.contracts.checkpoint import Checkpoint
 from synth_pipelines.contracts.documents import (
     AssessmentComparison,
@@ -24,6 +28,7 @@ from synth_pipelines.contracts.documents import (
     RunResultsDocument,
     printed,
 )
+from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.control.checkpoints import run_checkpoints
 from synth_pipelines.control.run_documents import kept_document, store_run_document
 from synth_pipelines.control.runs import get_run
@@ -43,30 +48,50 @@ async def results(run_id: str, state: State, request: Request) -> Response:
     """Status, per-task attempts and rewards, pass rate, what stopped the run and, for a
     training run, what each batch's update did: the document `synth run show --json`
     prints, byte for byte."""
-    # The key, the run and the kept document in one hop to the thread pool, where the
-    # `ViewedRun` dependency and the route would take two: polls of a run under way are
-    # most of what a gateway serves.
-    text = await run_in_threadpool(_results_text, run_id, request, state)
-    return Response(text, media_type=JSON)
-
-
-def _results_text(run_id: str, request: Request, state: GatewayState) -> str:
-    engine = state.engine
     # The run's Dagster link is on the address this request reached the gateway at, which
     # differs between callers (loopback, `--listen`'s address, a name in front of it), so
     # that address is part of the fingerprint: a caller is never served a document kept
     # with another address in its link, only one built for its own.
     ui = dagster_ui_url(str(request.base_url))
-    # One connection for the key, the run and the kept document: each checkout from the
-    # pool costs a round trip of its own (the liveness ping) and a transaction.
+    # The key, the run and the kept document in one hop to the thread pool, shared by the
+    # polls of the same run that arrive together: polls of a run under way are most of
+    # what a gateway serves.
+    text = await state.shared_reads.answer(
+        (run_id, ui), presented_key(request), partial(_results_texts, run_id, ui, state)
+    )
+    return Response(text, media_type=JSON)
+
+
+def _results_texts(
+    run_id: str, ui: str, state: GatewayState, presented: list[str | None]
+) -> Answers:
+    """The document of the `{run_id}` run of each presented key's owner, or its refusal."""
+    engine = state.engine
+    answers: Answers = {}
+    found: dict[str, tuple[RunRecord, str, str | None]] = {}
+    # One connection for the keys, the runs and the kept documents: each checkout from
+    # the pool costs a transaction (and on PostgreSQL a liveness ping) of its own.
     with engine.connect() as conn:
-        run = viewed_run_on(conn, run_id, request, state)
-        fingerprint, text = kept_document(conn, run, state.config.objects_url, ui)
-    if text is None:
-        document = results_document(engine, state.store, get_run(engine, run.run_id), ui)
-        text = printed("run show", document)
-        store_run_document(engine, run.run_id, fingerprint, text)
-    return text
+        runs: dict[str | None, str] = {}
+        for key in presented:
+            try:
+                run = viewed_run_on(conn, run_id, key, state)
+            except ApiError as refused:
+                answers[key] = refused
+                continue
+            runs[key] = run.run_id
+            if run.run_id not in found:
+                fingerprint, text = kept_document(conn, run, state.config.objects_url, ui)
+                found[run.run_id] = (run, fingerprint, text)
+    texts = {}
+    for run, fingerprint, text in found.values():
+        if text is None:
+            document = results_document(engine, state.store, get_run(engine, run.run_id), ui)
+            text = printed("run show", document)
+            store_run_document(engine, run.run_id, fingerprint, text)
+        texts[run.run_id] = text
+    answers.update({key: texts[run] for key, run in runs.items()})
+    return answers
 
 
 @router.get("/{run_id}/metrics", response_model=RunMetricsDocument, responses=refusals(400, 404))
