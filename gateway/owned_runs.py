@@ -17,6 +17,7 @@ from sqlalchemy import Connection
 from gateway.auth import allowed, key_on, presented_key
 from gateway.state import GatewayState, State
 from synth_pipelines.contracts.api_errors import ApiError
+from synth_pipelines.contracts.operator_key import Role
 from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.control.runs import AmbiguousRunIdError, RunNotFoundError, find_run
 
@@ -39,25 +40,24 @@ def owned(conn: Connection, text: str, owner: str) -> RunRecord:
 # event loop. Each checks the key itself rather than depending on `Viewer` or `Operator`:
 # the key and the run are found in one hop to the pool, where two dependencies would take
 # two (a poll of `/results` costs about a fifth less CPU).
-def viewed_run_on(
-    conn: Connection, run_id: str, presented: str | None, state: GatewayState
+def run_of_key(
+    conn: Connection, run_id: str, presented: str | None, state: GatewayState, role: Role
 ) -> RunRecord:
-    """The `{run_id}` run of the owner of the key `presented`, for any key, looked up on
-    `conn`: a route that reads more in the same hop to the thread pool, on the same
-    connection, calls it."""
-    key = allowed(key_on(conn, presented, state), "viewer")
+    """The `{run_id}` run of the owner of the key `presented`, for a key of `role` or
+    above, looked up on `conn`: a route that reads more in the same hop to the thread
+    pool, on the same connection, calls it."""
+    key = allowed(key_on(conn, presented, state), role)
     return owned(conn, run_id, key.owner)
 
 
 def _viewed_run(run_id: str, request: Request, state: State) -> RunRecord:
     with state.engine.connect() as conn:
-        return viewed_run_on(conn, run_id, presented_key(request), state)
+        return run_of_key(conn, run_id, presented_key(request), state, "viewer")
 
 
 def _steered_run(run_id: str, request: Request, state: State) -> RunRecord:
     with state.engine.connect() as conn:
-        key = allowed(key_on(conn, presented_key(request), state), "operator")
-        return owned(conn, run_id, key.owner)
+        return run_of_key(conn, run_id, presented_key(request), state, "operator")
 
 
 ViewedRun = Annotated[RunRecord, Depends(_viewed_run)]

@@ -15,7 +15,7 @@ from fastapi.responses import Response
 
 from gateway.auth import presented_key
 from gateway.openapi import refusals
-from gateway.owned_runs import ViewedRun, viewed_run_on
+from gateway.owned_runs import ViewedRun, run_of_key
 from gateway.routes.dagster import dagster_ui_url
 from gateway.shared_reads import Answers
 from gateway.state import GatewayState, State
@@ -75,7 +75,7 @@ def _results_texts(
         runs: dict[str | None, str] = {}
         for key in presented:
             try:
-                run = viewed_run_on(conn, run_id, key, state)
+                run = run_of_key(conn, run_id, key, state, "viewer")
             except ApiError as refused:
                 answers[key] = refused
                 continue
