@@ -18,6 +18,7 @@ so loading the code location stays fast for every other job.
 import asyncio
 import hashlib
 import time
+from collections.abc import Awaitable
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,7 @@ from assets.captured_interactions import captured_interactions
 from assets.curve_metadata import curve_metadata
 from assets.judge_metadata import assessing_judge, judge_metadata
 from assets.partitions import batches
+from assets.worker_claims import claimed
 from resources.control_database import ControlDatabase
 from resources.object_store import ObjectStoreResource
 from resources.training import TrainingService
@@ -46,14 +48,16 @@ from synth_pipelines.contracts.profile import PinnedProfile
 from synth_pipelines.contracts.run_spec import RunSpec, batch_key, parse_batch_key
 from synth_pipelines.contracts.trial import TrialOutcome
 from synth_pipelines.control.events import record_event
-from synth_pipelines.control.run_lifecycle import complete_batch, start_batch
 from synth_pipelines.control.runs import get_run
 from synth_pipelines.control.table_outputs import load_table
+from synth_pipelines.control.worker_attempts import StaleWorkerError
+from synth_pipelines.control.worker_claim import WorkerClaim
 from synth_pipelines.judging.assessing import Assessor, trial_assessment
 from synth_pipelines.runtime.batch_plan import plan_batch
 from synth_pipelines.runtime.regrade import RegradeRefusedError, regrade_batch
 from synth_pipelines.runtime.results import summarize, summarize_unscored
 from synth_pipelines.runtime.trial_batch import run_batch_trials
+from synth_pipelines.runtime.worker_lease import BatchStoppedError, HeldBatch
 from synth_pipelines.storage.objectstore import ObjectStore
 
 if TYPE_CHECKING:
@@ -172,6 +176,56 @@ async def batch(  # type: ignore[no-untyped-def]
     engine, store = control.engine(), objects.store()
     run_id, index = parse_batch_key(context.partition_key)
     spec = get_run(engine, run_id).spec
+    steps = partial(_steps, context, config, policy, engine, store, training, deployment, spec)
+    if config.regrade_id:
+        # A regrade assesses retained work again: it claims no batch and makes no progress.
+        async for result in steps(index, None):
+            yield result
+        return
+    claim = await asyncio.to_thread(claimed, context, engine, deployment, spec, index)
+    if claim is None:
+        return
+    async with HeldBatch(claim) as held:
+        try:
+            async for result in steps(index, held):
+                yield result
+        except StaleWorkerError as refused:
+            context.log.warning(f"{refused}; this run stops without writing more")
+            return
+        except BatchStoppedError as stopped:
+            if stopped.reply.action == "superseded":
+                context.log.warning(f"{stopped}; this run stops without writing more")
+                return
+            await asyncio.to_thread(claim.release, "cancelled", stopped.reply.reason)
+            raise dg.Failure(
+                description=f"batch {context.partition_key} stopped: {stopped.reply.reason}; "
+                f"what it finished: {dict(claim.appended)}"
+            ) from None
+        except Exception as error:
+            await asyncio.to_thread(claim.release, "failed", f"{type(error).__name__}: {error}")
+            raise
+    await asyncio.to_thread(
+        claim.release, "released", "the launched steps ended before the batch completed"
+    )
+
+
+async def _guarded[T](held: HeldBatch | None, work: Awaitable[T]) -> T:
+    return await (held.guard(work) if held is not None else work)
+
+
+async def _steps(  # type: ignore[no-untyped-def]
+    context: dg.AssetExecutionContext,
+    config: BatchConfig,
+    policy: pa.Table,
+    engine: Engine,
+    store: ObjectStore,
+    training: TrainingService,
+    deployment: Settings,
+    spec: RunSpec,
+    index: int,
+    held: HeldBatch | None,
+):
+    """The batch's steps under `held` (None only for a regrade)."""
     (binding,) = PolicyBinding.from_table(policy)
     selected = {key.to_user_string() for key in context.selected_asset_keys}
     step = None
@@ -179,8 +233,10 @@ async def batch(  # type: ignore[no-untyped-def]
         from synth_pipelines.learning.trainer import Trainer
         from synth_pipelines.learning.training_step import TrainingStep
 
+        assert held is not None, "a regrade does not learn"
         step = TrainingStep(
             engine,
+            held.claim,
             store,
             spec,
             index,
@@ -190,7 +246,11 @@ async def batch(  # type: ignore[no-untyped-def]
         )
     started = time.monotonic()
     if "trials" in selected:
-        outcomes = await _sample(context, engine, store, deployment, spec, index, binding, step)
+        assert held is not None, "a regrade does not sample"
+        outcomes = await _guarded(
+            held,
+            _sample(context, engine, store, deployment, held.claim, spec, index, binding, step),
+        )
         yield dg.Output(
             TrialOutcome.to_table(outcomes),
             output_name="trials",
@@ -202,8 +262,8 @@ async def batch(  # type: ignore[no-untyped-def]
         )
     sampling_sec = time.monotonic() - started
     if "assessments" in selected:
-        assessments = await _assess(
-            context, engine, store, deployment, spec, index, config, outcomes
+        assessments = await _guarded(
+            held, _assess(context, engine, store, deployment, held, spec, index, config, outcomes)
         )
         yield dg.Output(
             Assessment.to_table(assessments),
@@ -221,7 +281,7 @@ async def batch(  # type: ignore[no-untyped-def]
     if "trials" not in selected and selected & {"qualified_groups", "datums", "policy_update"}:
         # Resumed after sampling: every group is learned from now, in order.
         for group in _groups(outcomes):
-            await step.submit_group(group)
+            await _guarded(held, step.submit_group(group))
     audit = step.audit
     if "qualified_groups" in selected:
         yield dg.AssetCheckResult(
@@ -290,7 +350,7 @@ async def batch(  # type: ignore[no-untyped-def]
     from synth_pipelines.control.policy_updates import UnresolvedUpdateError
 
     try:
-        learning = await step.update(sampling_sec)
+        learning = await _guarded(held, step.update(sampling_sec))
     except UnresolvedUpdateError as error:
         raise dg.Failure(description=str(error)) from None
     if not learning.optimizer_step:
@@ -301,7 +361,7 @@ async def batch(  # type: ignore[no-untyped-def]
         yield dg.Output(None, output_name="policy_update", metadata=_update_metadata(learning))
     if "checkpoints" in selected:
         try:
-            checkpoint = await step.checkpoint(learning)
+            checkpoint = await _guarded(held, step.checkpoint(learning))
         except UnresolvedUpdateError as error:
             raise dg.Failure(description=str(error)) from None
         yield dg.Output(
@@ -330,13 +390,23 @@ async def _sample(
     engine: Engine,
     store: ObjectStore,
     deployment: Settings,
+    claim: WorkerClaim,
     spec: RunSpec,
     index: int,
     binding: PolicyBinding,
     step: "TrainingStep | None",
 ) -> list[TrialOutcome]:
     plan = await asyncio.to_thread(plan_batch, engine, spec, index)
-    await asyncio.to_thread(start_batch, engine, spec, index, plan.attempt_count)
+    await asyncio.to_thread(
+        claim.append,
+        "batch.started",
+        {
+            "batch": plan.batch,
+            "index": index,
+            "attempts": plan.attempt_count,
+            "attempt_ids": [a for group in plan.groups for a in group.attempt_ids],
+        },
+    )
     context.log.info(
         f"batch {plan.batch}: {len(plan.groups)} groups, {plan.attempt_count} attempts, "
         f"sampling through {binding.sampler}"
@@ -367,6 +437,7 @@ async def _sample(
         store,
         engine,
         deployment,
+        claim,
         model=binding.sampler or None,
         verify=spec.kind in ("eval", "train"),
         on_outcome=progress,
@@ -374,7 +445,7 @@ async def _sample(
     )
     if spec.kind == "execute":
         summary = summarize_unscored(outcomes).as_dict()
-        await asyncio.to_thread(complete_batch, engine, spec, index, summary)
+        await asyncio.to_thread(claim.complete, spec, summary)
     return outcomes
 
 
@@ -437,6 +508,7 @@ async def _assess(
     engine: Engine,
     store: ObjectStore,
     deployment: Settings,
+    held: HeldBatch | None,
     spec: RunSpec,
     index: int,
     config: BatchConfig,
@@ -447,7 +519,8 @@ async def _assess(
     if not config.regrade_id:
         rows = [trial_assessment(outcome, Assessor.of(spec.judge)) for outcome in outcomes]
         if spec.kind == "eval":
-            await asyncio.to_thread(complete_batch, engine, spec, index, summarize(rows).as_dict())
+            assert held is not None, "only a regrade assesses without a claim"
+            await asyncio.to_thread(held.claim.complete, spec, summarize(rows).as_dict())
         return rows
     judge = PinnedProfile.model_validate_json(config.judge) if config.judge else None
     try:

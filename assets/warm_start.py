@@ -4,6 +4,7 @@ checkpoint that a train or eval run then binds with `--model`.
 The learning code (tinker-cookbook, and torch under it) is imported inside the asset body,
 so loading the code location stays fast for every other job."""
 
+from collections.abc import Iterator
 from typing import Any
 
 import dagster as dg
@@ -11,16 +12,19 @@ import dagster as dg
 from assets.curve_metadata import curve_metadata
 from assets.partitions import runs
 from assets.run_spec import run_spec
+from assets.worker_claims import claimed
 from resources.control_database import ControlDatabase
 from resources.object_store import ObjectStoreResource
 from resources.training import TrainingService
 from synth_pipelines.config import Settings
 from synth_pipelines.contracts.plan import WarmStartPlan
 from synth_pipelines.control.runs import get_run
+from synth_pipelines.control.worker_attempts import StaleWorkerError
 
 
 @dg.asset(
     partitions_def=runs,
+    output_required=False,
     deps=[run_spec],
     group_name="warm_start",
     kinds={"tinker"},
@@ -35,14 +39,20 @@ def warm_start(
     objects: ObjectStoreResource,
     training: TrainingService,
     deployment: dg.ResourceParam[Settings],
-) -> dg.MaterializeResult[Any]:
+) -> Iterator[dg.MaterializeResult[Any]]:
+    """Yields nothing when the run cannot claim its one batch."""
     from synth_pipelines.learning.demonstrations import DemonstrationError
+    from synth_pipelines.learning.warm_start import WarmStartStoppedError
     from synth_pipelines.learning.warm_start import warm_start as run_warm_start
 
-    spec = get_run(control.engine(), context.partition_key).spec
+    engine = control.engine()
+    spec = get_run(engine, context.partition_key).spec
     plan = spec.plan
     assert isinstance(plan, WarmStartPlan), f"run {spec.run_id} is not a warm start"
     store = objects.store()
+    claim = claimed(context, engine, deployment, spec, 0)
+    if claim is None:
+        return
 
     def progress(step: int, loss: float) -> None:
         if step == 1 or step % 10 == 0 or step == plan.steps:
@@ -50,10 +60,19 @@ def warm_start(
 
     try:
         result = run_warm_start(
-            control.engine(), store, training.service(), spec, deployment, progress
+            engine, claim, store, training.service(), spec, deployment, progress
         )
-    except DemonstrationError as error:
-        raise dg.Failure(description=str(error)) from None
+    except StaleWorkerError as refused:
+        context.log.warning(f"{refused}; this run stops without writing more")
+        return
+    except WarmStartStoppedError as stopped:
+        claim.release("cancelled", str(stopped))
+        raise dg.Failure(description=f"warm start stopped: {stopped}") from None
+    except Exception as error:
+        claim.release("failed", f"{type(error).__name__}: {error}")
+        if isinstance(error, DemonstrationError):
+            raise dg.Failure(description=str(error)) from None
+        raise
     trained: dict[str, int | dg.MetadataValue | None] = {}
     if result.demonstrations is not None:
         trained = {"demonstrations": result.demonstrations, "datums": result.datums}
@@ -65,7 +84,7 @@ def warm_start(
             "loss_first": dg.MetadataValue.float(result.losses[0]),
             "loss_last": dg.MetadataValue.float(result.losses[-1]),
         }
-    return dg.MaterializeResult(
+    yield dg.MaterializeResult(
         metadata={
             "sampler": result.checkpoint.sampler_path,
             "state": result.checkpoint.state_path,

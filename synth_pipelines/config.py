@@ -197,6 +197,25 @@ class Settings(BaseSettings):
         description="How long an admission lease outlives its holder's last renewal; the "
         "holder renews it every third of that.",
     )
+    worker_lease_sec: float = Field(
+        default=60,
+        gt=0,
+        description="How long a worker's claim of a batch outlives its last heartbeat; the "
+        "worker beats every third of that, and a later claim may supersede it after.",
+    )
+    worker_engines: tuple[str, ...] | None = Field(
+        default=None,
+        description="Agent engines this host's run workers advertise when they claim a "
+        "batch (default: every engine).",
+    )
+    worker_providers: tuple[str, ...] | None = Field(
+        default=None,
+        description="Sandbox providers this host's run workers advertise (default: the "
+        "local sandbox and every Harbor provider).",
+    )
+    worker_judges: bool = Field(
+        default=True, description="Whether this host's run workers advertise judge support."
+    )
 
     @field_validator("image_registry_hosts", mode="before")
     @classmethod

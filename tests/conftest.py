@@ -25,7 +25,7 @@ from synth_pipelines.sandbox.limits import detect_hierarchy
 from synth_pipelines.services.operator_key import ensure_operator_key
 from synth_pipelines.tinker_local.server import serving
 
-pytest_plugins = ["tests.production_services"]
+pytest_plugins = ["tests.production_services", "tests.claimed_runs"]
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_DATASET = PROJECT_ROOT / "datasets" / "sample"

@@ -216,6 +216,14 @@ class RunWorker:
         assert self.process is not None
         _kill_group(self.process)
 
+    def pause(self) -> None:
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGCONT)
+
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.kill()

@@ -10,11 +10,12 @@ from pathlib import Path
 from synth_pipelines.config import Settings
 from synth_pipelines.contracts.batch_learning import BatchLearning
 from synth_pipelines.contracts.run_record import RunRecord
-from synth_pipelines.contracts.run_spec import batch_key
+from synth_pipelines.contracts.run_spec import RunSpec, batch_key
+from synth_pipelines.contracts.worker_attempt import WorkerAdvertisement
 from synth_pipelines.control.database import control_engine
-from synth_pipelines.control.events import record_event
 from synth_pipelines.control.policy_updates import acknowledge, mark_unresolved
-from synth_pipelines.control.run_lifecycle import complete_batch, start_batch
+from synth_pipelines.control.worker_attempts import claim_batch
+from synth_pipelines.control.worker_claim import WorkerClaim
 from tests.training_runs import accept_training, training_dataset
 
 PLAN = {"groups_per_batch": 2, "attempts_per_group": 2, "batches": 3, "max_tokens": 64}
@@ -45,11 +46,30 @@ def learning_metrics(index: int) -> dict:
     }
 
 
-def record_attempts(run: RunRecord, index: int) -> None:
+WORKER = WorkerAdvertisement(
+    worker="test worker",
+    engines=("oracle", "nop", "claude-code", "builtin"),
+    providers=("local",),
+    judges=True,
+)
+
+
+def started_batch(spec: RunSpec, index: int, attempts: int, lease_sec: float = 60) -> WorkerClaim:
+    """Batch `index` claimed by a worker of the test's own, and started under the claim."""
+    engine = control_engine(Settings())
+    claim = WorkerClaim(
+        engine, claim_batch(engine, spec, index, WORKER, lease_sec=lease_sec), lease_sec
+    )
+    claim.append(
+        "batch.started",
+        {"batch": batch_key(spec.run_id, index), "index": index, "attempts": attempts},
+    )
+    return claim
+
+
+def record_attempts(claim: WorkerClaim, run: RunRecord, index: int) -> None:
     for number, reward in enumerate(REWARDS[index]):
-        record_event(
-            control_engine(Settings()),
-            run.run_id,
+        claim.append(
             "attempt.finished",
             {
                 "batch": batch_key(run.run_id, index),
@@ -65,8 +85,8 @@ def record_batch(run: RunRecord, index: int, *, learned: bool = True) -> None:
     """Batch `index` sampled, and with `learned` its update acknowledged and the batch
     completed."""
     engine = control_engine(Settings())
-    start_batch(engine, run.spec, index, attempts=len(REWARDS[index]))
-    record_attempts(run, index)
+    claim = started_batch(run.spec, index, len(REWARDS[index]))
+    record_attempts(claim, run, index)
     if not learned:
         return
     key = batch_key(run.run_id, index)
@@ -78,7 +98,7 @@ def record_batch(run: RunRecord, index: int, *, learned: bool = True) -> None:
         f"tinker://{run.run_id}/state/{index}",
         BatchLearning(**learning_metrics(index)),
     )
-    complete_batch(engine, run.spec, index, {})
+    claim.complete(run.spec, {})
 
 
 def accept_recorded_training(tmp_path: Path) -> RunRecord:

@@ -24,13 +24,17 @@ from synth_pipelines.contracts.run_spec import batch_key
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import record_event
 from synth_pipelines.control.regrades import record_regrade
-from synth_pipelines.control.run_lifecycle import complete_batch, start_batch
 from synth_pipelines.control.runs import get_run
 from synth_pipelines.registry.datasets import publish_dataset
 from synth_pipelines.runtime.regrade_progress import regrade_progress
 from synth_pipelines.storage.objectstore import open_object_store
 from tests.conftest import PROJECT_ROOT
-from tests.recorded_batches import accept_recorded_training, record_attempts, record_batch
+from tests.recorded_batches import (
+    accept_recorded_training,
+    record_attempts,
+    record_batch,
+    started_batch,
+)
 from tests.test_run_summary import _record, _run
 from tests.training_runs import training_dataset
 
@@ -45,9 +49,9 @@ def test_json_progress_goes_to_stderr_one_line_per_change(state, tmp_path):
         time.sleep(1.5)
         record_batch(run, 1)
         time.sleep(1.5)
-        start_batch(control_engine(Settings()), run.spec, 2, attempts=4)
-        record_attempts(run, 2)
-        complete_batch(control_engine(Settings()), run.spec, 2, {})
+        claim = started_batch(run.spec, 2, attempts=4)
+        record_attempts(claim, run, 2)
+        claim.complete(run.spec, {})
 
     rest = threading.Thread(target=the_rest_of_the_run)
     rest.start()

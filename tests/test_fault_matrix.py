@@ -28,9 +28,11 @@ from synth_pipelines.contracts.evidence_chunk import EvidenceChunk
 from synth_pipelines.contracts.run_spec import batch_key
 from synth_pipelines.control.checkpoints import batch_checkpoint, run_checkpoints
 from synth_pipelines.control.database import control_engine, engine_for
+from synth_pipelines.control.events import read_events
 from synth_pipelines.control.policy_updates import UnresolvedUpdateError, find_update, resolve
 from synth_pipelines.control.run_lifecycle import interrupt_run, resume_run
 from synth_pipelines.control.runs import get_run
+from synth_pipelines.control.worker_attempts import run_worker_attempts
 from synth_pipelines.definitions import definitions
 from synth_pipelines.evidence.publisher import EvidencePublisher
 from synth_pipelines.evidence.spool import Spool
@@ -232,6 +234,49 @@ def test_killed_learning_step_resumes_without_repeating_an_update_or_evidence(
     attempts = PLAN["groups_per_batch"] * PLAN["attempts_per_group"]
     assert evidence.rows == evidence.unique_call_ids == evidence.calls_in_chunks
     assert list(evidence.calls_per_trial.values()) == [CALLS_PER_ATTEMPT] * attempts
+
+
+STALE_LEASE_SEC = 3
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_paused_run_worker_continued_after_its_batch_was_resumed_writes_nothing(
+    cell_state: str, tmp_path, monkeypatch
+):
+    """The stale-worker cell: the run worker is paused (SIGSTOP) while its sampler save is
+    held, presumed dead (the run interrupted, which ends its claim), and the batch is
+    resumed and completed by a second worker; continued (SIGCONT), the first learns from
+    its next heartbeat that it was superseded and ends without writing."""
+    run_id = cell_state
+    monkeypatch.setenv("SYNTH_WORKER_LEASE_SEC", str(STALE_LEASE_SEC))
+    service = ModelServiceProcess(tmp_path)
+    service.start(hold="save_weights_for_sampler")
+    worker = RunWorker(tmp_path / "worker.log")
+    try:
+        monkeypatch.setenv("SYNTH_MODEL_SERVICE_URL", service.url)
+        worker.start(run_id, 0, LEARNING_STEPS)
+        wait_until_held(service, "save_weights_for_sampler", worker)
+        worker.pause()
+        engine = control_engine(Settings())
+        interrupt_run(engine, run_id, "the run worker stopped answering", {})
+        _resume(CELLS["sampler_save_in_flight-run_worker"], run_id)
+        worker.resume()
+        assert worker.wait(timeout=60) == 0, worker.tail()
+    finally:
+        worker.stop()
+        service.stop()
+
+    assert "superseded" in worker.tail()
+    engine = control_engine(Settings())
+    (checkpoint,) = run_checkpoints(engine, run_id)
+    assert (checkpoint.optimizer_steps, checkpoint.dataset_cursor) == (1, 1)
+    assert acknowledged_updates(run_id) == 1
+    first, second = run_worker_attempts(engine, run_id)[-2:]
+    assert (first.status, second.status) == ("interrupted", "completed")
+    completions = read_events(engine, run_id=run_id, kinds=("batch.completed",))
+    assert [event.data["worker_attempt"] for event in completions] == [second.worker_attempt_id]
+    assert get_run(engine, run_id).status == "succeeded"
 
 
 RUN_KEY_TAG = "dagster/run_key"

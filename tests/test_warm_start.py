@@ -125,12 +125,12 @@ def test_warm_start_lowers_the_loss_and_its_checkpoint_is_evaluated_through_the_
         (completed,) = read_events(engine, run_id=run.run_id, kinds=("batch.completed",))
         assert completed.data["checkpoint"] == checkpoint.sampler_path
 
+        # Launched again, it cannot claim the finished run's batch: it touches nothing.
         again = _run_warm_start(run)
         assert again.success
-        (rematerialized,) = again.asset_materializations_for_node("warm_start")
-        assert rematerialized.metadata["sampler"].value == checkpoint.sampler_path
-        assert "datums" not in rematerialized.metadata
+        assert again.asset_materializations_for_node("warm_start") == []
         assert run_checkpoints(engine, run.run_id) == [checkpoint]
+        assert len(read_events(engine, run_id=run.run_id, kinds=("batch.claimed",))) == 1
 
         evaluation = run_batches(
             _accept(

@@ -312,6 +312,38 @@ ui_sessions = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
 )
 
+worker_attempts = Table(
+    "worker_attempts",
+    metadata,
+    # One row per claim of a batch (`control/worker_attempts.py`): the batch's current
+    # attempt is its highest attempt_number, and only an active current attempt writes.
+    Column("worker_attempt_id", String(240), primary_key=True),
+    Column("run_id", String(40), nullable=False),
+    Column("batch", String(200), nullable=False),
+    Column("batch_index", Integer, nullable=False),
+    Column("attempt_number", Integer, nullable=False),
+    Column("worker", String(200), nullable=False),
+    Column("advertised_json", Text, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("claimed_at", DateTime(timezone=True), nullable=False),
+    Column("lease_expires_at", DateTime(timezone=True), nullable=False),
+    Column("ended_at", DateTime(timezone=True), nullable=True),
+    Column("end_reason", Text, nullable=True),
+    UniqueConstraint("batch", "attempt_number", name="uq_worker_attempts_batch_number"),
+    Index("ix_worker_attempts_run", "run_id"),
+)
+
+worker_progress = Table(
+    "worker_progress",
+    metadata,
+    # Which run event each progress append of a worker attempt became: a retried append
+    # with the same local sequence number finds its event here and adds none.
+    Column("worker_attempt_id", String(240), nullable=False),
+    Column("local_seq", Integer, nullable=False),
+    Column("event_seq", BigInteger, nullable=False),
+    PrimaryKeyConstraint("worker_attempt_id", "local_seq"),
+)
+
 ADDED_COLUMNS = (runs.c.org, runs.c.admitted_at, admission_leases.c.org)
 """Columns added to tables after they first shipped: `create_tables` adds them to a
 database made before, with their server default (or NULL) in the rows already there."""

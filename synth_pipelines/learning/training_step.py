@@ -25,6 +25,7 @@ from synth_pipelines.contracts.learning import DatumRow, PolicyBinding, Qualifie
 from synth_pipelines.contracts.plan import TrainPlan
 from synth_pipelines.contracts.run_spec import RunSpec
 from synth_pipelines.contracts.trial import TrialOutcome
+from synth_pipelines.control.worker_claim import WorkerClaim
 from synth_pipelines.judging.assessing import Assessor, trial_assessment
 from synth_pipelines.learning.batch_learning import EvidenceAudit, GroupLearning, learn_group
 from synth_pipelines.learning.packing_stats import batch_packing
@@ -72,6 +73,7 @@ def signal_metrics(groups: list[GroupLearning]) -> BatchLearning:
 @dataclass
 class TrainingStep:
     engine: Engine
+    claim: WorkerClaim
     store: ObjectStore
     spec: RunSpec
     index: int
@@ -132,5 +134,5 @@ class TrainingStep:
     async def checkpoint(self, learning: BatchLearning) -> Checkpoint:
         """The sampler weights and trainer state that bind the next batch."""
         return await commit_checkpoint(
-            self.engine, self.spec, self.index, self.trainer, self.binding, learning
+            self.engine, self.claim, self.spec, self.index, self.trainer, self.binding, learning
         )

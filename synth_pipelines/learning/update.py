@@ -30,7 +30,7 @@ from synth_pipelines.control.policy_updates import (
     record_without_step,
     refuse_if_unresolved,
 )
-from synth_pipelines.control.run_lifecycle import complete_batch
+from synth_pipelines.control.worker_claim import WorkerClaim
 from synth_pipelines.learning.trainer import Trainer
 
 
@@ -112,6 +112,7 @@ def _optimizer_steps(engine: Engine, spec: RunSpec, binding: PolicyBinding, inde
 
 def _record(
     engine: Engine,
+    claim: WorkerClaim,
     spec: RunSpec,
     index: int,
     binding: PolicyBinding,
@@ -135,10 +136,15 @@ def _record(
             created_at=datetime.now(UTC),
         ),
     )
-    complete_batch(
-        engine,
+    _complete(claim, spec, checkpoint, learning)
+    return checkpoint
+
+
+def _complete(
+    claim: WorkerClaim, spec: RunSpec, checkpoint: Checkpoint, learning: BatchLearning
+) -> None:
+    claim.complete(
         spec,
-        index,
         {
             "checkpoint": checkpoint.sampler_path,
             "dataset_cursor": checkpoint.dataset_cursor,
@@ -150,11 +156,11 @@ def _record(
             },
         },
     )
-    return checkpoint
 
 
 async def commit_checkpoint(
     engine: Engine,
+    claim: WorkerClaim,
     spec: RunSpec,
     index: int,
     trainer: Trainer,
@@ -163,6 +169,8 @@ async def commit_checkpoint(
 ) -> Checkpoint:
     existing = await asyncio.to_thread(batch_checkpoint, engine, spec.run_id, index)
     if existing is not None:
+        # Committed by a worker that stopped before it recorded the batch's completion.
+        await asyncio.to_thread(_complete, claim, spec, existing, learning)
         return existing
     batch = batch_key(spec.run_id, index)
     acknowledged = await asyncio.to_thread(find_update, engine, spec.run_id, batch)
@@ -180,6 +188,7 @@ async def commit_checkpoint(
     return await asyncio.to_thread(
         _record,
         engine,
+        claim,
         spec,
         index,
         binding,

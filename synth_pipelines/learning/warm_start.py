@@ -23,8 +23,7 @@ from synth_pipelines.contracts.checkpoint import Checkpoint
 from synth_pipelines.contracts.plan import WarmStartPlan
 from synth_pipelines.contracts.run_spec import RunSpec, batch_key
 from synth_pipelines.control.checkpoints import batch_checkpoint, record_checkpoint
-from synth_pipelines.control.events import record_event
-from synth_pipelines.control.run_lifecycle import complete_batch, start_batch
+from synth_pipelines.control.worker_claim import WorkerClaim
 from synth_pipelines.learning.captured_demonstrations import captured_examples, captured_run
 from synth_pipelines.learning.demonstrations import (
     DemonstrationError,
@@ -112,8 +111,13 @@ def step_choices(examples: int, plan: WarmStartPlan) -> Iterator[list[int]]:
         yield chosen
 
 
+class WarmStartStoppedError(RuntimeError):
+    """A heartbeat said stop: the run was cancelled, or the claim superseded."""
+
+
 def warm_start(
     engine: Engine,
+    claim: WorkerClaim,
     store: ObjectStore,
     service: tinker.ServiceClient,
     spec: RunSpec,
@@ -124,10 +128,15 @@ def warm_start(
     assert isinstance(plan, WarmStartPlan), f"run {spec.run_id} is not a warm start"
     existing = batch_checkpoint(engine, spec.run_id, 0)
     if existing is not None:
+        # Committed by a worker that stopped before it recorded the completion.
+        claim.complete(
+            spec,
+            {"checkpoint": existing.sampler_path, "optimizer_steps": existing.optimizer_steps},
+        )
         return WarmStartResult(existing, [], None, None)
     binding = bind_policy(engine, spec, 0)
     per_task = demonstration_datums(engine, store, spec, binding.base_model, deployment)
-    start_batch(engine, spec, 0, attempts=0)
+    claim.append("batch.started", {"batch": batch_key(spec.run_id, 0), "index": 0, "attempts": 0})
     if binding.trainer_state is None:
         client = service.create_lora_training_client(
             base_model=binding.base_model, rank=plan.lora_rank, seed=plan.seed
@@ -144,13 +153,12 @@ def warm_start(
         losses.append(float(learned.result().metrics["loss:sum"]) / max(tokens, 1.0))
         stepped.result()
         # A waiting `synth train start --wait` reads its bar from this count.
-        record_event(
-            engine,
-            spec.run_id,
-            "warm_start.step",
-            {"step": step + 1, "steps": plan.steps, "loss": losses[-1]},
-        )
+        claim.append("warm_start.step", {"step": step + 1, "steps": plan.steps, "loss": losses[-1]})
         progress(step + 1, losses[-1])
+        # Each step is a heartbeat: it renews the claim, and carries cancellation.
+        beat = claim.heartbeat()
+        if beat.action != "continue":
+            raise WarmStartStoppedError(f"{beat.action}: {beat.reason}")
     name = batch_key(spec.run_id, 0)
     state_path = client.save_state(name).result().path
     checkpoint = record_checkpoint(
@@ -168,10 +176,8 @@ def warm_start(
             created_at=datetime.now(UTC),
         ),
     )
-    complete_batch(
-        engine,
+    claim.complete(
         spec,
-        0,
         {
             "checkpoint": checkpoint.sampler_path,
             "optimizer_steps": plan.steps,

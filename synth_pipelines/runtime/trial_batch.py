@@ -15,7 +15,7 @@ from synth_pipelines.contracts.admission_lease import ResourceDemand
 from synth_pipelines.contracts.plan import ExecutionSettings, WarmStartPlan
 from synth_pipelines.contracts.run_spec import RunSpec
 from synth_pipelines.contracts.trial import TrialOutcome
-from synth_pipelines.control.events import record_event
+from synth_pipelines.control.worker_claim import WorkerClaim
 from synth_pipelines.registry.task_packages import materialize_task
 from synth_pipelines.runtime.admission import PoolAdmission, ResourceAdmission, WorkerPool
 from synth_pipelines.runtime.batch_plan import BatchPlan
@@ -50,6 +50,7 @@ async def run_batch_trials(
     store: ObjectStore,
     engine: Engine,
     deployment: Settings,
+    claim: WorkerClaim,
     *,
     model: str | None,
     verify: bool,
@@ -57,8 +58,9 @@ async def run_batch_trials(
     on_group: Callable[[list[TrialOutcome]], Awaitable[None]] | None = None,
 ) -> list[TrialOutcome]:
     """Run every attempt on this deployment's host, in its scratch space and within its
-    worker pool; `on_group` gets each group's outcomes as soon as all are in, while other
-    groups may still be running."""
+    worker pool, recording each as progress of `claim`; `on_group` gets each group's
+    outcomes as soon as all are in, while other groups may still be running. Stopped
+    (cancelled), it stops the groups' learning it started too."""
     actor = Actor.of(spec.actor, model)
     settings = execution_settings(spec)
     work_dir = deployment.work_dir
@@ -106,9 +108,7 @@ async def run_batch_trials(
             except Exception as error:
                 raise AttemptFailedError(attempt_id, group.task.name, error) from error
         await asyncio.to_thread(
-            record_event,
-            engine,
-            spec.run_id,
+            claim.append,
             "attempt.finished",
             {
                 "batch": plan.batch,
@@ -127,12 +127,16 @@ async def run_batch_trials(
             group_work.append(asyncio.ensure_future(on_group(finished[group_index])))
         return outcome
 
-    outcomes = await asyncio.gather(
-        *(
-            attempt(group.index, a, attempt_id)
-            for group in plan.groups
-            for a, attempt_id in enumerate(group.attempt_ids)
+    try:
+        outcomes = await asyncio.gather(
+            *(
+                attempt(group.index, a, attempt_id)
+                for group in plan.groups
+                for a, attempt_id in enumerate(group.attempt_ids)
+            )
         )
-    )
-    await asyncio.gather(*group_work)
+        await asyncio.gather(*group_work)
+    finally:
+        for work in group_work:
+            work.cancel()
     return list(outcomes)
