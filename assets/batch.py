@@ -241,7 +241,7 @@ async def _steps(  # type: ignore[no-untyped-def]
             spec,
             index,
             binding,
-            Trainer(training.service(), binding, spec.plan),
+            Trainer(training.service(), binding, spec.plan, reconnect=training.new_service),
             submits="policy_update" in selected,
         )
     started = time.monotonic()

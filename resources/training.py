@@ -28,3 +28,9 @@ class TrainingService(dg.ConfigurableResource["TrainingService"]):
                 api_key=self.api_key,
             )
         return self._service
+
+    def new_service(self) -> "tinker.ServiceClient":
+        """A ServiceClient with a session of its own, in place of one the backend lost
+        (it restarted): what this resource hands out from now on."""
+        self._service = None
+        return self.service()

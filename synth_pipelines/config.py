@@ -197,6 +197,12 @@ class Settings(BaseSettings):
         description="How long an admission lease outlives its holder's last renewal; the "
         "holder renews it every third of that.",
     )
+    platform_retry_delay_sec: float = Field(
+        default=10,
+        ge=0,
+        description="How long an attempt the platform failed waits before it runs again (times "
+        "the retry's number): long enough for a restarting model service to come back.",
+    )
     worker_lease_sec: float = Field(
         default=60,
         gt=0,

@@ -26,8 +26,15 @@ from synth_pipelines.storage.objectstore import open_object_store
 from tests.agent_runs import accept, profile_document, publish, run_batches
 from tests.conftest import PROJECT_ROOT, serving_gateway
 from tests.fault_injection import ModelServiceProcess
-from tests.live_services import capture_proxy, platform
-from tests.training_runs import script_one_right_one_wrong, training_dataset
+from tests.live_services import capture_proxy, platform, set_script
+from tests.training_runs import (
+    MARKER,
+    RIGHT,
+    TASKS,
+    script_one_right_one_wrong,
+    tool_call,
+    training_dataset,
+)
 
 SYNTH = [sys.executable, "-m", "synth_pipelines.cli"]
 
@@ -96,6 +103,7 @@ def test_a_run_whose_model_nobody_serves_is_refused_at_submission(state, tmp_pat
 def test_a_model_that_disappears_mid_run_leaves_platform_errors_not_failures(
     state, cli_gateway, tmp_path, monkeypatch
 ):
+    monkeypatch.setenv("SYNTH_PLATFORM_RETRY_DELAY_SEC", "0")
     service = ModelServiceProcess(tmp_path)
     service.start()
     try:
@@ -128,13 +136,15 @@ def test_a_model_that_disappears_mid_run_leaves_platform_errors_not_failures(
     (reason,) = summary.error_reasons
     assert reason.startswith("platform: ModelRouteError: the actor never reached its model")
     assert "500 api_error: the model backend did not answer within 3 s" in reason
+    # Each stranded attempt was run once more (the plan's one platform retry), and failed
+    # again: the model was still gone.
     finished_events = read_events(engine, run_id=run.run_id, kinds=("attempt.finished",))
-    assert sorted(e.data["error_class"] or "" for e in finished_events) == [
-        "",
-        "platform",
-        "platform",
-        "platform",
-    ]
+    assert sorted(e.data["error_class"] or "" for e in finished_events) == ["", *["platform"] * 6]
+    retried = [e.data["retried_as"] for e in finished_events if "retried_as" in e.data]
+    assert sorted(retried) == sorted(
+        f"{e.data['attempt_id']}.r1" for e in finished_events if "retried_as" in e.data
+    )
+    assert len(retried) == 3
 
     shown = synth("run", "show", run.run_id, "--json")
     assert shown.returncode == 0, shown.stderr
@@ -152,3 +162,63 @@ def test_a_model_that_disappears_mid_run_leaves_platform_errors_not_failures(
     assert forced.returncode == 0, forced.stderr
     baseline = json.loads(forced.stdout)["baseline"]
     assert (baseline["assessed"], baseline["platform_errors"]) == (1, 3)
+
+
+RETRY_DELAY_SEC = 30
+"""Longer than the model service takes to start again, so an attempt stranded by the
+restart runs again against the new incarnation."""
+
+
+def script_every_task_solved(model_url: str) -> None:
+    entries = [{"match": "<tool_response>", "completion": "Done.", "repeat": True}]
+    for task in TASKS:
+        first_turn = f"{MARKER[task]}(?!.*<tool_response>)"
+        entries.append({"match": first_turn, "completion": tool_call(RIGHT[task]), "repeat": True})
+    set_script(model_url, entries)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_model_service_restarted_mid_run_costs_only_its_in_flight_attempts_a_retry(
+    state, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("SYNTH_PLATFORM_RETRY_DELAY_SEC", str(RETRY_DELAY_SEC))
+    service = ModelServiceProcess(tmp_path)
+    service.start()
+    try:
+        with capture_proxy(service.url, backend_timeout_sec=3.0) as proxy:
+            monkeypatch.setenv("SYNTH_PROXY_URL", proxy.url)
+            monkeypatch.setenv("SYNTH_MODEL_SERVICE_URL", service.url)
+            script_every_task_solved(service.url)
+            publish(training_dataset(tmp_path))
+            run = accept(profile_document("builtin.json"), attempts=2)
+            engine = control_engine(Settings())
+            restarted: list[float] = []
+
+            def restart_after_the_first_attempt() -> None:
+                while not read_events(engine, run_id=run.run_id, kinds=("attempt.finished",)):
+                    time.sleep(0.2)
+                began = time.monotonic()
+                service.kill()
+                service.start()
+                script_every_task_solved(service.url)
+                restarted.append(time.monotonic() - began)
+
+            restarter = threading.Thread(target=restart_after_the_first_attempt, daemon=True)
+            restarter.start()
+            finished = run_batches(run)
+            restarter.join(timeout=120)
+    finally:
+        service.stop()
+    assert restarted and restarted[0] < RETRY_DELAY_SEC, restarted
+    summary = collect_results(engine, open_object_store(Settings().objects_url), finished).summary
+    assert finished.status == "succeeded"
+    assert (summary.attempts, summary.assessed, summary.platform_errors) == (4, 4, 0)
+    assert summary.pass_rate == 1.0
+    events = read_events(engine, run_id=run.run_id, kinds=("attempt.finished",))
+    failed = [e.data for e in events if e.data["error_class"] == "platform"]
+    # Only attempts the restart stranded ran again, each once, and each then passed.
+    assert failed and all(data["retried_as"] == f"{data['attempt_id']}.r1" for data in failed)
+    assessed = [e.data["attempt_id"] for e in events if e.data["error_class"] is None]
+    assert len(assessed) == 4
+    assert {data["retried_as"] for data in failed} <= set(assessed)

@@ -70,6 +70,14 @@ class ExecutionSettings(StrictModel):
     environment: EnvironmentChoice = Field(default_factory=EnvironmentChoice)
     overrides: ResourceOverrides = Field(default_factory=ResourceOverrides)
     timeouts: Timeouts = Field(default_factory=Timeouts)
+    platform_retries: int = Field(
+        default=1,
+        ge=0,
+        le=3,
+        description="how often an attempt the platform failed (its model route, its sandbox, "
+        "a platform call; never an assessed attempt or a task error) is run again, as a new "
+        "attempt `<attempt>.r1`, `.r2`; the last try's outcome is the attempt's",
+    )
     temperature: float | None = Field(
         default=None,
         ge=0,

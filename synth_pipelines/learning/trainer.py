@@ -9,7 +9,9 @@ waited on: the batch's event loop keeps running its attempts meanwhile.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import tinker
@@ -20,6 +22,7 @@ from synth_pipelines.contracts.learning import DatumRow, PolicyBinding
 from synth_pipelines.contracts.plan import TrainPlan
 from synth_pipelines.learning.datums import training_datum
 
+log = logging.getLogger(__name__)
 ADAM_BETAS = (0.9, 0.95)
 ADAM_EPS = 1e-8
 
@@ -72,6 +75,10 @@ class Trainer:
     forward_seconds: float = 0.0
     saved_state: str | None = None
     """The trainer state this client saved last: its weights are those of that state."""
+    reconnect: Callable[[], tinker.ServiceClient] | None = None
+    """A new ServiceClient, for a backend that lost this one's session (the model service
+    restarted under the batch): the training client is then made again from durable
+    state. None: a failed call fails the batch."""
 
     async def training_client(self) -> tinker.TrainingClient:
         if self.client is None:
@@ -133,11 +140,21 @@ class Trainer:
         return [row for rows, _ in self.submitted for row in rows]
 
     async def gradients(self) -> Gradients:
-        """Wait for every submitted forward_backward."""
+        """Wait for every submitted forward_backward. If one failed (the backend restarted
+        and lost the accumulated gradients, or a call broke), every one is sent again,
+        once, to a training client made anew from the binding's durable state: no
+        optimizer step was applied yet, so the gradients are the same."""
+        try:
+            outputs = [await pending for _, pending in self.submitted]
+        except (tinker.TinkerError, OSError) as error:
+            if self.reconnect is None:
+                raise
+            log.warning("forward_backward failed (%s); sending the batch's datums again", error)
+            await self._start_over()
+            outputs = [await pending for _, pending in self.submitted]
         loss, tokens, count = 0.0, 0, 0
         agreement: dict[str, float] = {}
-        for rows, pending in self.submitted:
-            output = await pending
+        for (rows, _), output in zip(self.submitted, outputs, strict=True):
             learner = [out["logprobs"].to_torch() for out in output.loss_fn_outputs]
             if not agreement:
                 agreement = first_call_agreement(rows, learner)
@@ -153,6 +170,29 @@ class Trainer:
             entropy=agreement.get("optim/entropy", 0.0),
             seconds=self.forward_seconds,
         )
+
+    async def _start_over(self) -> None:
+        assert self.reconnect is not None
+        groups = [rows for rows, _ in self.submitted]
+        for _, pending in self.submitted:
+            pending.cancel()
+        self.submitted, self.forward_seconds = [], 0.0
+        self.service = await asyncio.to_thread(self.reconnect)
+        self.client = None
+        for rows in groups:
+            await self.submit(rows)
+
+    async def restore(self, state_path: str, *, reconnect: bool = False) -> None:
+        """Continue from a saved trainer state (weights and optimizer), on a new
+        ServiceClient with `reconnect`."""
+        if reconnect:
+            assert self.reconnect is not None
+            self.service = await asyncio.to_thread(self.reconnect)
+        creating = await asyncio.to_thread(
+            self.service.create_training_client_from_state_with_optimizer, state_path
+        )
+        self.client = await creating.result_async()
+        self.saved_state = state_path
 
     async def optim_step(self) -> dict[str, float]:
         client = await self.training_client()

@@ -15,6 +15,7 @@ import asyncio
 import time
 from datetime import UTC, datetime
 
+import tinker
 from sqlalchemy import Engine
 
 from synth_pipelines.contracts.batch_learning import BatchLearning
@@ -178,13 +179,15 @@ async def commit_checkpoint(
         raise UnresolvedUpdateError(f"{batch} has no acknowledged update to checkpoint")
     if trainer.saved_state != acknowledged.state_path:
         # A batch resumed after its update: the acknowledged state is the one to sample.
-        trainer.client = await (
-            await asyncio.to_thread(
-                trainer.service.create_training_client_from_state_with_optimizer,
-                acknowledged.state_path,
-            )
-        )
-    sampler = await trainer.save_sampler(batch)
+        await trainer.restore(acknowledged.state_path)
+    try:
+        sampler = await trainer.save_sampler(batch)
+    except (tinker.TinkerError, OSError):
+        if trainer.reconnect is None:
+            raise
+        # The backend lost the client (a restart): the acknowledged state is durable.
+        await trainer.restore(acknowledged.state_path, reconnect=True)
+        sampler = await trainer.save_sampler(batch)
     return await asyncio.to_thread(
         _record,
         engine,

@@ -37,6 +37,13 @@ def demand_for(task_dir: Path, settings: ExecutionSettings) -> ResourceDemand:
     )
 
 
+def retries_after(outcome: TrialOutcome) -> bool:
+    """Whether the attempt is run again: the platform failed it (its model route, its
+    sandbox, a platform call; never an assessed attempt or a task error), and not because
+    its batch was being stopped."""
+    return outcome.error_class == "platform" and outcome.exception_type != "CancelledError"
+
+
 def execution_settings(spec: RunSpec) -> ExecutionSettings:
     """How the run's attempts are sampled and run. A warm start samples none: its run has
     no trials, so no batch of it gets here."""
@@ -77,7 +84,9 @@ async def run_batch_trials(
     finished: dict[int, list[TrialOutcome]] = {group.index: [] for group in plan.groups}
     group_work: list[asyncio.Task[None]] = []
 
-    async def attempt(group_index: int, attempt_index: int, attempt_id: str) -> TrialOutcome:
+    async def run_once(
+        group_index: int, attempt_index: int, attempt_id: str, retried_as: str | None
+    ) -> TrialOutcome:
         group = plan.groups[group_index]
         context = AttemptContext(
             run_id=spec.run_id,
@@ -107,6 +116,7 @@ async def run_batch_trials(
                 )
             except Exception as error:
                 raise AttemptFailedError(attempt_id, group.task.name, error) from error
+        retried = retried_as if retries_after(outcome) else None
         await asyncio.to_thread(
             claim.append,
             "attempt.finished",
@@ -119,8 +129,21 @@ async def run_batch_trials(
                 "exception": outcome.exception_type,
                 "error_class": outcome.error_class,
                 "error_reason": outcome.error_reason,
+                **({"retried_as": retried} if retried else {}),
             },
         )
+        return outcome
+
+    async def attempt(group_index: int, attempt_index: int, attempt_id: str) -> TrialOutcome:
+        group = plan.groups[group_index]
+        tried = attempt_id
+        for retry in range(1, settings.platform_retries + 2):
+            retried_as = f"{attempt_id}.r{retry}" if retry <= settings.platform_retries else None
+            outcome = await run_once(group_index, attempt_index, tried, retried_as)
+            if retried_as is None or not retries_after(outcome):
+                break
+            await asyncio.sleep(deployment.platform_retry_delay_sec * retry)
+            tried = retried_as
         on_outcome(outcome)
         finished[group_index].append(outcome)
         if on_group is not None and len(finished[group_index]) == len(group.attempt_ids):
