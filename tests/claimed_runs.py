@@ -32,10 +32,10 @@ def claimed(engine: Engine, run: RunRecord, index: int) -> WorkerClaim:
     return WorkerClaim(engine, claim_batch(engine, run.spec, index, WORKER, lease_sec=60), 60)
 
 
-def running_evaluation(engine: Engine) -> RunRecord:
+def running_evaluation(engine: Engine, owner: str = "tester") -> RunRecord:
     oracle = json.loads((PROJECT_ROOT / "profiles" / "oracle.json").read_text())
     request = RunRequest(
-        owner="tester",
+        owner=owner,
         dataset=DatasetPin(
             name="synth/sample", version="v1", digest="sha256:" + "0" * 64, task_count=8
         ),

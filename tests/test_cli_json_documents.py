@@ -77,6 +77,7 @@ def _check_every_document() -> None:
     check("run show", "run", "show", run["run_id"])
     check("run show --assessments", "run", "show", run["run_id"], "--assessments")
     check("run checkpoints", "run", "checkpoints", run["run_id"])
+    check("run workers", "run", "workers", run["run_id"])
     check("run compare", "run", "compare", run["run_id"], run["run_id"])
     check("train resolve --inspect", "train", "resolve", run["run_id"], "--inspect")
     check("run cancel", "run", "cancel", run["run_id"])

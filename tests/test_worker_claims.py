@@ -2,13 +2,19 @@
 only the attempt that holds a batch writes its progress and completion; a later claim
 after the lease ran out supersedes it; retried appends land once."""
 
+import json
 import time
 
 import pytest
 from sqlalchemy import Engine
+from typer.testing import CliRunner
 
+from synth_pipelines.cli.main import app
+from synth_pipelines.config import Settings
+from synth_pipelines.contracts.documents import validated
 from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.contracts.run_spec import batch_key
+from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import read_events
 from synth_pipelines.control.run_lifecycle import cancel_run, interrupt_run, resume_run
 from synth_pipelines.control.worker_attempts import (
@@ -146,3 +152,24 @@ def test_claims_wait_for_prerequisites_and_check_what_the_worker_advertises(eith
     cancel_run(engine, run.run_id, "enough")
     with pytest.raises(ClaimRefusedError, match="is cancelled"):
         _claim(engine, run, index=1)
+
+
+def test_run_workers_shows_every_claim_and_how_it_ended(state, cli_gateway):
+    engine = control_engine(Settings())
+    run = running_evaluation(engine, owner=Settings().owner)
+    stale = _claim(engine, run, lease=SHORT_LEASE)
+    time.sleep(SHORT_LEASE * 2)
+    _claim(engine, run).complete(run.spec, {})
+
+    shown = CliRunner().invoke(app, ["run", "workers", run.run_id, "--json"])
+    assert shown.exit_code == 0, shown.output
+    document = json.loads(shown.stdout)
+    assert document == validated("run workers", document)
+    assert [(a["attempt_number"], a["status"]) for a in document] == [
+        (1, "superseded"),
+        (2, "completed"),
+    ]
+    assert document[0]["worker"] == stale.attempt.worker
+    assert document[0]["end_reason"].startswith("lease expired at")
+    table = CliRunner().invoke(app, ["run", "workers", run.run_id])
+    assert table.exit_code == 0 and "superseded" in table.stdout, table.output

@@ -29,9 +29,11 @@ from synth_pipelines.contracts.documents import (
     printed,
 )
 from synth_pipelines.contracts.run_record import RunRecord
+from synth_pipelines.contracts.worker_attempt import WorkerAttempt
 from synth_pipelines.control.checkpoints import run_checkpoints
 from synth_pipelines.control.run_documents import kept_document, store_run_document
 from synth_pipelines.control.runs import get_run
+from synth_pipelines.control.worker_attempts import run_worker_attempts
 from synth_pipelines.runtime.run_progress import run_progress
 from synth_pipelines.runtime.run_reports import (
     assessments_document,
@@ -105,6 +107,13 @@ def metrics(run: ViewedRun, state: State) -> RunMetricsDocument:
 def checkpoints(run: ViewedRun, state: State) -> list[Checkpoint]:
     """The checkpoints a training run committed, one per batch, with their lineage."""
     return run_checkpoints(state.engine, run.run_id)
+
+
+@router.get("/{run_id}/workers", response_model=list[WorkerAttempt], responses=refusals(400, 404))
+def workers(run: ViewedRun, state: State) -> list[WorkerAttempt]:
+    """Every claim of the run's batches: the worker, its attempt number, and how it ended
+    (completed, released, cancelled, superseded after its lease ran out, interrupted)."""
+    return run_worker_attempts(state.engine, run.run_id)
 
 
 @router.get(

@@ -1,4 +1,5 @@
-"""`synth run checkpoints|resume|cancel|regrade`: steering a run after it was accepted."""
+"""`synth run checkpoints|workers|resume|cancel|regrade`: steering a run after it was
+accepted."""
 
 from __future__ import annotations
 
@@ -41,6 +42,32 @@ def checkpoints(
         console.print(table)
 
     emit("run checkpoints", found, as_json, render)
+
+
+@run_app.command("workers")
+def workers(
+    ctx: typer.Context, run_id: str = typer.Argument(...), as_json: bool = JSON_OPTION
+) -> None:
+    """Every claim of the run's batches by a run worker: who held each batch, under which
+    attempt number, and how the claim ended; only the run's owner may see them."""
+    client = GatewayClient(ctx.obj)
+    run_id = my_run(client, run_id).run_id
+    with user_errors():
+        found = client.request("GET", f"/v1/runs/{run_id}/workers")
+
+    def render() -> None:
+        table = folding_table("worker attempt", "worker", "status", "ended", "why")
+        for attempt in found:
+            table.add_row(
+                attempt["worker_attempt_id"],
+                attempt["worker"],
+                attempt["status"],
+                attempt["ended_at"] or f"lease to {attempt['lease_expires_at']}",
+                attempt["end_reason"] or "",
+            )
+        console.print(table)
+
+    emit("run workers", found, as_json, render)
 
 
 @run_app.command("resume")

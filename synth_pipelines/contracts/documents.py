@@ -29,6 +29,7 @@ from synth_pipelines.contracts.run_event import RunEvent
 from synth_pipelines.contracts.run_export import ExportedTable
 from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.contracts.ui_session import UiLogin
+from synth_pipelines.contracts.worker_attempt import WorkerAttempt
 
 
 class Document(BaseModel):
@@ -478,6 +479,7 @@ DOCUMENTS: dict[str, Any] = {
     "run list": list[RunSummary],
     "run events": RunEvent,
     "run checkpoints": list[Checkpoint],
+    "run workers": list[WorkerAttempt],
     "run resume": ResumedRun,
     "run cancel": CancelledRun,
     "run regrade": RegradeDocument,
