@@ -262,8 +262,9 @@ async def _steps(  # type: ignore[no-untyped-def]
         )
     sampling_sec = time.monotonic() - started
     if "assessments" in selected:
+        claim = held.claim if held is not None else None
         assessments = await _guarded(
-            held, _assess(context, engine, store, deployment, held, spec, index, config, outcomes)
+            held, _assess(context, engine, store, deployment, claim, spec, index, config, outcomes)
         )
         yield dg.Output(
             Assessment.to_table(assessments),
@@ -508,7 +509,7 @@ async def _assess(
     engine: Engine,
     store: ObjectStore,
     deployment: Settings,
-    held: HeldBatch | None,
+    claim: WorkerClaim | None,
     spec: RunSpec,
     index: int,
     config: BatchConfig,
@@ -519,8 +520,8 @@ async def _assess(
     if not config.regrade_id:
         rows = [trial_assessment(outcome, Assessor.of(spec.judge)) for outcome in outcomes]
         if spec.kind == "eval":
-            assert held is not None, "only a regrade assesses without a claim"
-            await asyncio.to_thread(held.claim.complete, spec, summarize(rows).as_dict())
+            assert claim is not None, "only a regrade assesses without a claim"
+            await asyncio.to_thread(claim.complete, spec, summarize(rows).as_dict())
         return rows
     judge = PinnedProfile.model_validate_json(config.judge) if config.judge else None
     try:

@@ -142,10 +142,8 @@ def renew_lease(engine: Engine, attempt: WorkerAttempt, *, lease_sec: float) -> 
     """A heartbeat: renew the attempt's lease while it holds its batch and its run is
     active; tell it to cancel once the run was cancelled, or that it was superseded."""
     with exclusive_transaction(engine, worker_lock(attempt.run_id)) as conn:
-        held = _locked(conn, attempt)
-        newest = _newest(conn, attempt.batch)
-        current = newest is not None and newest.attempt_number == held.attempt_number
-        if held.status != "active" or not current:
+        held, holder = _locked_with_holder(conn, attempt)
+        if not _holds(held, holder):
             return Heartbeat(
                 action="superseded",
                 lease_expires_at=held.lease_expires_at,
@@ -320,15 +318,12 @@ def _fenced[T](
     the write is refused, and the refusal recorded (in a transaction of its own, after
     the refused one rolled back)."""
     with exclusive_transaction(engine, worker_lock(attempt.run_id)) as conn:
-        held = _locked(conn, attempt)
-        newest = _newest(conn, attempt.batch)
-        current = newest is not None and newest.attempt_number == held.attempt_number
-        if held.status == "active" and current:
+        held, holder = _locked_with_holder(conn, attempt)
+        if _holds(held, holder):
             return write(conn, held)
         answer = settled(conn, held)
         if answer is not None:
             return answer
-        holder = newest.worker_attempt_id if newest is not None else None
     refusal = {
         "batch": attempt.batch,
         "worker_attempt": attempt.worker_attempt_id,
@@ -354,13 +349,24 @@ def _landed(conn: Connection, attempt: WorkerAttempt, local_seq: int) -> int | N
     return None if seq is None else int(seq)
 
 
-def _locked(conn: Connection, attempt: WorkerAttempt) -> WorkerAttempt:
+def _locked_with_holder(
+    conn: Connection, attempt: WorkerAttempt
+) -> tuple[WorkerAttempt, str | None]:
+    """The attempt as the database holds it, its row locked, and the id of its batch's
+    newest claim."""
     row = conn.execute(
         select(worker_attempts)
         .where(worker_attempts.c.worker_attempt_id == attempt.worker_attempt_id)
         .with_for_update()
     ).one()
-    return WorkerAttempt.model_validate(row, from_attributes=True)
+    newest = _newest(conn, attempt.batch)
+    held = WorkerAttempt.model_validate(row, from_attributes=True)
+    return held, newest.worker_attempt_id if newest is not None else None
+
+
+def _holds(held: WorkerAttempt, holder: str | None) -> bool:
+    """An attempt holds its batch while it is active and the batch's newest claim."""
+    return held.status == "active" and holder == held.worker_attempt_id
 
 
 def _locked_run_status(conn: Connection, run_id: str) -> str:
