@@ -13,11 +13,15 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+from sqlalchemy import Engine
 
 from synth_pipelines.config import Settings
 from synth_pipelines.contracts.outcome_classes import AGENT_OUTCOMES, TASK_ERRORS, error_class
+from synth_pipelines.contracts.run_record import RunRecord
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import read_events
 from synth_pipelines.control.runs import list_runs
@@ -26,13 +30,10 @@ from synth_pipelines.storage.objectstore import open_object_store
 from tests.agent_runs import accept, profile_document, publish, run_batches
 from tests.conftest import PROJECT_ROOT, serving_gateway
 from tests.fault_injection import ModelServiceProcess
-from tests.live_services import capture_proxy, platform, set_script
+from tests.live_services import capture_proxy, platform
 from tests.training_runs import (
-    MARKER,
-    RIGHT,
-    TASKS,
+    script_every_attempt_right,
     script_one_right_one_wrong,
-    tool_call,
     training_dataset,
 )
 
@@ -99,33 +100,49 @@ def test_a_run_whose_model_nobody_serves_is_refused_at_submission(state, tmp_pat
     assert len(list_runs(control_engine(Settings()))) == 1
 
 
-@pytest.mark.slow
-def test_a_model_that_disappears_mid_run_leaves_platform_errors_not_failures(
-    state, cli_gateway, tmp_path, monkeypatch
-):
-    monkeypatch.setenv("SYNTH_PLATFORM_RETRY_DELAY_SEC", "0")
+def _struck_after_the_first_attempt(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    script: Callable[[str], None],
+    strike: Callable[[ModelServiceProcess], None],
+) -> tuple[Engine, RunRecord, RunRecord]:
+    """A built-in agent's evaluation of two tasks, two attempts each, one at a time,
+    through a model service of its own (scripted by `script`) behind a proxy that waits
+    3 s for it; `strike` runs on the service beside the run once the first attempt has
+    finished. The engine, the run accepted and the run as it ended."""
     service = ModelServiceProcess(tmp_path)
     service.start()
     try:
         with capture_proxy(service.url, backend_timeout_sec=3.0) as proxy:
             monkeypatch.setenv("SYNTH_PROXY_URL", proxy.url)
             monkeypatch.setenv("SYNTH_MODEL_SERVICE_URL", service.url)
-            script_one_right_one_wrong(service.url)
+            script(service.url)
             publish(training_dataset(tmp_path))
             run = accept(profile_document("builtin.json"), attempts=2)
             engine = control_engine(Settings())
 
-            def kill_after_the_first_attempt() -> None:
+            def strike_after_the_first_attempt() -> None:
                 while not read_events(engine, run_id=run.run_id, kinds=("attempt.finished",)):
                     time.sleep(0.2)
-                service.kill()
+                strike(service)
 
-            killer = threading.Thread(target=kill_after_the_first_attempt, daemon=True)
-            killer.start()
+            striker = threading.Thread(target=strike_after_the_first_attempt, daemon=True)
+            striker.start()
             finished = run_batches(run)
-            killer.join(timeout=60)
+            striker.join(timeout=120)
     finally:
         service.stop()
+    return engine, run, finished
+
+
+@pytest.mark.slow
+def test_a_model_that_disappears_mid_run_leaves_platform_errors_not_failures(
+    state, cli_gateway, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("SYNTH_PLATFORM_RETRY_DELAY_SEC", "0")
+    engine, run, finished = _struck_after_the_first_attempt(
+        tmp_path, monkeypatch, script_one_right_one_wrong, lambda service: service.kill()
+    )
     results = collect_results(engine, open_object_store(Settings().objects_url), finished)
     summary = results.summary
     assert finished.status == "succeeded"
@@ -169,47 +186,24 @@ RETRY_DELAY_SEC = 30
 restart runs again against the new incarnation."""
 
 
-def script_every_task_solved(model_url: str) -> None:
-    entries = [{"match": "<tool_response>", "completion": "Done.", "repeat": True}]
-    for task in TASKS:
-        first_turn = f"{MARKER[task]}(?!.*<tool_response>)"
-        entries.append({"match": first_turn, "completion": tool_call(RIGHT[task]), "repeat": True})
-    set_script(model_url, entries)
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_model_service_restarted_mid_run_costs_only_its_in_flight_attempts_a_retry(
     state, tmp_path, monkeypatch
 ):
     monkeypatch.setenv("SYNTH_PLATFORM_RETRY_DELAY_SEC", str(RETRY_DELAY_SEC))
-    service = ModelServiceProcess(tmp_path)
-    service.start()
-    try:
-        with capture_proxy(service.url, backend_timeout_sec=3.0) as proxy:
-            monkeypatch.setenv("SYNTH_PROXY_URL", proxy.url)
-            monkeypatch.setenv("SYNTH_MODEL_SERVICE_URL", service.url)
-            script_every_task_solved(service.url)
-            publish(training_dataset(tmp_path))
-            run = accept(profile_document("builtin.json"), attempts=2)
-            engine = control_engine(Settings())
-            restarted: list[float] = []
+    restarted: list[float] = []
 
-            def restart_after_the_first_attempt() -> None:
-                while not read_events(engine, run_id=run.run_id, kinds=("attempt.finished",)):
-                    time.sleep(0.2)
-                began = time.monotonic()
-                service.kill()
-                service.start()
-                script_every_task_solved(service.url)
-                restarted.append(time.monotonic() - began)
+    def restart(service: ModelServiceProcess) -> None:
+        began = time.monotonic()
+        service.kill()
+        service.start()
+        script_every_attempt_right(service.url)
+        restarted.append(time.monotonic() - began)
 
-            restarter = threading.Thread(target=restart_after_the_first_attempt, daemon=True)
-            restarter.start()
-            finished = run_batches(run)
-            restarter.join(timeout=120)
-    finally:
-        service.stop()
+    engine, run, finished = _struck_after_the_first_attempt(
+        tmp_path, monkeypatch, script_every_attempt_right, restart
+    )
     assert restarted and restarted[0] < RETRY_DELAY_SEC, restarted
     summary = collect_results(engine, open_object_store(Settings().objects_url), finished).summary
     assert finished.status == "succeeded"

@@ -14,15 +14,12 @@ from synth_pipelines.config import Settings
 from synth_pipelines.control.checkpoints import run_checkpoints
 from synth_pipelines.control.database import control_engine
 from synth_pipelines.control.events import read_events
-from tests.live_services import platform, set_script
+from tests.live_services import platform
 from tests.training_runs import (
-    MARKER,
-    RIGHT,
-    TASKS,
     accept_training,
     refreshed,
     run_batch,
-    tool_call,
+    script_every_attempt_right,
     training_dataset,
 )
 
@@ -37,21 +34,13 @@ PLAN = {
 }
 
 
-def _script_every_attempt_right(model_url: str) -> None:
-    entries = [{"match": "<tool_response>", "completion": "Done.", "repeat": True}]
-    for task in TASKS:
-        first_turn = f"{MARKER[task]}(?!.*<tool_response>)"
-        entries.append({"match": first_turn, "completion": tool_call(RIGHT[task]), "repeat": True})
-    set_script(model_url, entries)
-
-
 @pytest.mark.slow
 def test_a_batch_without_signal_records_no_step_and_warns(
     state, cli_gateway, tmp_path, monkeypatch
 ):
     with platform(monkeypatch) as (model_url, _proxy):
         run = accept_training(training_dataset(tmp_path), PLAN)
-        _script_every_attempt_right(model_url)
+        script_every_attempt_right(model_url)
         result = run_batch(run, 0)
         assert result.success, [e.message for e in result.all_events if e.is_failure]
     assert refreshed(run).status == "succeeded"

@@ -50,6 +50,15 @@ def script_one_right_one_wrong(model_url: str, batches: int = 1) -> None:
     set_script(model_url, entries)
 
 
+def script_every_attempt_right(model_url: str) -> None:
+    """Every attempt of every task solves it, however often it is asked."""
+    entries = [{"match": "<tool_response>", "completion": "Done.", "repeat": True}]
+    for task in TASKS:
+        first_turn = f"{MARKER[task]}(?!.*<tool_response>)"
+        entries.append({"match": first_turn, "completion": tool_call(RIGHT[task]), "repeat": True})
+    set_script(model_url, entries)
+
+
 def training_dataset(tmp_path: Path) -> Path:
     directory = tmp_path / "train-dataset"
     for task in TASKS:
