@@ -14,6 +14,7 @@ from synth_pipelines.cli.output import (
     emit,
     errors,
     folding_table,
+    inert,
     user_errors,
 )
 from synth_pipelines.cli.runs import EXIT_INTERRUPTED, my_run, profile_argument, run_app
@@ -58,12 +59,14 @@ def workers(
     def render() -> None:
         table = folding_table("worker attempt", "worker", "status", "ended", "why")
         for attempt in found:
+            # A failed claim's reason quotes the error that ended it, which can carry
+            # text a task chose.
             table.add_row(
                 attempt["worker_attempt_id"],
-                attempt["worker"],
+                inert(attempt["worker"]),
                 attempt["status"],
                 attempt["ended_at"] or f"lease to {attempt['lease_expires_at']}",
-                attempt["end_reason"] or "",
+                inert(attempt["end_reason"] or ""),
             )
         console.print(table)
 
